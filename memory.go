@@ -1,0 +1,287 @@
+package floodgate
+
+import (
+	"context"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MemoryConfig configures NewMemoryStore. The zero value (or nil) gives the
+// defaults.
+type MemoryConfig struct {
+	// Clock is the store's time source. Default: SystemClock().
+	Clock Clock
+	// MaxKeys bounds how many keys the store holds, so that a flood of
+	// distinct keys cannot exhaust memory. Default: 1,048,576 (a key of a
+	// single-limit token bucket costs about 200 bytes with a short key).
+	//
+	// A new key that finds its shard full first evicts keys that are back
+	// to full, which loses nothing. When none is, it evicts the key that
+	// will be back to full soonest among a sample of 16: that key may then
+	// admit up to its remaining deficit early. Evictions counts these.
+	MaxKeys int
+	// Shards is the number of independently locked parts of the store, so
+	// that unrelated keys do not contend. Default: 64; rounded up to a
+	// power of two.
+	Shards int
+	// SweepInterval is how often a background goroutine removes the keys
+	// that are back to full. Default: one minute. A negative value turns the
+	// goroutine off; keys are then removed only when their shard needs room
+	// or Sweep is called.
+	SweepInterval time.Duration
+}
+
+// MemoryStore is the embedded in-memory Store, floodgate's default. It
+// keeps state in process memory, so it limits one process; use the Redis
+// store to share limits between processes.
+//
+// A MemoryStore is safe for concurrent use. Deciding a request on a key it
+// already holds does not allocate (except for a sliding log that needs a
+// larger buffer). Keys are removed once every limit on them is back to
+// full: their absence means the same thing.
+type MemoryStore struct {
+	clock       Clock
+	seed        maphash.Seed
+	shards      []memShard
+	mask        uint64
+	maxPerShard int
+	evictions   atomic.Uint64
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+type memShard struct {
+	mu sync.Mutex
+	m  map[string]*memEntry
+	_  [40]byte // keeps neighbouring shards' locks off one cache line
+}
+
+type memEntry struct {
+	full   int64 // µs: when every limit on the key is back to full
+	states []state
+}
+
+// evictSample is how many keys a full shard looks at to choose one to
+// evict.
+const evictSample = 16
+
+// NewMemoryStore returns a new in-memory store configured by cfg (nil for
+// the defaults). Close it to stop its background sweeper.
+func NewMemoryStore(cfg *MemoryConfig) *MemoryStore {
+	var c MemoryConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock()
+	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = 1 << 20
+	}
+	if c.Shards <= 0 {
+		c.Shards = 64
+	}
+	if c.Shards > c.MaxKeys {
+		c.Shards = c.MaxKeys
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+	}
+	n := 1 << bits.Len(uint(c.Shards-1))
+	s := &MemoryStore{
+		clock:       c.Clock,
+		seed:        maphash.MakeSeed(),
+		shards:      make([]memShard, n),
+		mask:        uint64(n - 1),
+		maxPerShard: max(1, c.MaxKeys/n),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*memEntry)
+	}
+	if c.SweepInterval > 0 {
+		go s.sweeper(c.SweepInterval)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Take implements Store.
+func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n int64) (Result, error) {
+	if err := CheckTake(key, limits, n); err != nil {
+		return Result{}, err
+	}
+	if s.closed.Load() {
+		return Result{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	now := unixMicro(s.clock.Now())
+	var vs [MaxLimits]verdict
+	var next [MaxLimits]state
+
+	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh.mu.Lock()
+	e := sh.m[key]
+	if e != nil && len(e.states) != len(limits) {
+		e.resize(len(limits))
+	}
+	allowed := true
+	for i := range limits {
+		var st *state
+		var zero state
+		if e != nil {
+			st = &e.states[i]
+			if st.kind != limits[i].alg.kind() {
+				*st = state{}
+			}
+		} else {
+			st = &zero
+		}
+		vs[i], next[i] = limits[i].step(st, now, n)
+		allowed = allowed && vs[i].allowed
+	}
+	charged := allowed && n > 0
+	if e == nil && charged {
+		e = &memEntry{states: make([]state, len(limits))}
+		s.insert(sh, key, e, now)
+	}
+	if e != nil {
+		var full int64
+		for i := range limits {
+			commit(&e.states[i], next[i], n, charged)
+			full = max(full, vs[i].reset)
+		}
+		e.full = now + full
+	}
+	sh.mu.Unlock()
+
+	if len(limits) == 1 {
+		r := vs[0].export()
+		return Result{Allowed: r.Allowed, Limit: limits[0].quota, Remaining: r.Remaining,
+			RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}, nil
+	}
+	var out [MaxLimits]Verdict
+	for i := range limits {
+		out[i] = vs[i].export()
+	}
+	return Combine(limits, out[:len(limits)]), nil
+}
+
+func (e *memEntry) resize(n int) {
+	states := make([]state, n)
+	copy(states, e.states)
+	e.states = states
+}
+
+// insert adds e under key to sh, which is locked, making room first if the
+// shard is full.
+func (s *MemoryStore) insert(sh *memShard, key string, e *memEntry, now int64) {
+	if len(sh.m) >= s.maxPerShard {
+		var victim string
+		var victimFull int64
+		freed, seen := false, 0
+		for k, v := range sh.m {
+			if v.full <= now {
+				delete(sh.m, k)
+				freed = true
+			} else if victim == "" || v.full < victimFull {
+				victim, victimFull = k, v.full
+			}
+			if seen++; seen == evictSample {
+				break
+			}
+		}
+		if !freed && victim != "" {
+			delete(sh.m, victim)
+			s.evictions.Add(1)
+		}
+	}
+	sh.m[key] = e
+}
+
+// Reset implements Store: it forgets key.
+func (s *MemoryStore) Reset(ctx context.Context, key string, limits []Limit) error {
+	if err := CheckKey(key, limits); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+	return nil
+}
+
+// Sweep removes every key that is back to full and returns how many it
+// removed. The background sweeper calls it every SweepInterval.
+func (s *MemoryStore) Sweep() int {
+	now := unixMicro(s.clock.Now())
+	removed := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.full <= now {
+				delete(sh.m, k)
+				removed++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return removed
+}
+
+// Len returns how many keys the store holds.
+func (s *MemoryStore) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many keys were evicted before they were back to
+// full, because the store held MaxKeys keys.
+func (s *MemoryStore) Evictions() uint64 { return s.evictions.Load() }
+
+func (s *MemoryStore) sweeper(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// Close stops the background sweeper and makes further calls fail with
+// ErrClosed. It is safe to call more than once.
+func (s *MemoryStore) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.stop)
+	})
+	<-s.done
+	return nil
+}

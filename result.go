@@ -1,0 +1,60 @@
+package floodgate
+
+import (
+	"math"
+	"time"
+)
+
+// Never is the RetryAfter of a request that can never be allowed: its cost
+// is larger than the quota of one of its limits. It is the largest
+// Duration, so code that sleeps for RetryAfter does not spin.
+const Never = time.Duration(math.MaxInt64)
+
+// Result is the outcome of one decision on one key.
+//
+// When several limits apply to the key, Limit, Remaining, RetryAfter and
+// ResetAfter describe the limit at Index: when the request was denied, the
+// denying limit that keeps it out longest; when it was allowed, the limit
+// with the fewest units remaining (the one closest to denying).
+type Result struct {
+	// Allowed reports whether the request passed and was charged. A peek
+	// (cost 0) is always allowed and charges nothing.
+	Allowed bool
+	// Limit is the Quota of the limit at Index: the most it admits at once.
+	Limit int64
+	// Remaining is how many units of cost that limit would admit right now,
+	// after this request. On a denial it is the current remaining, which
+	// is less than the cost asked for.
+	Remaining int64
+	// RetryAfter is how long until the same request could be allowed,
+	// rounded up to the microsecond: 0 when allowed, Never when the cost
+	// is larger than the limit's Quota.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limit at Index is back to full
+	// (Remaining == Limit) if no other request comes, rounded up to the
+	// microsecond.
+	ResetAfter time.Duration
+	// Index is the position, in the limits the key was checked against,
+	// of the limit that the figures above describe.
+	Index int
+}
+
+// verdict is one algorithm's decision on one limit, in microseconds.
+type verdict struct {
+	allowed   bool
+	remaining int64
+	retry     int64 // microseconds; -1 for never; 0 when allowed
+	reset     int64 // microseconds
+}
+
+const never = -1
+
+func usToDuration(us int64) time.Duration {
+	if us < 0 {
+		return Never
+	}
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return Never
+	}
+	return time.Duration(us) * time.Microsecond
+}

@@ -1,0 +1,315 @@
+package storetest
+
+import (
+	"time"
+	_ "time/tzdata" // calendar windows in named zones, on machines without tzdata
+
+	fg "github.com/floodgate/floodgate"
+)
+
+// Scenarios returns the suite's fixed-clock scenarios. Every expected value
+// was worked out by hand from the algorithm's definition (see the comments
+// in algo.go), not recorded from a run.
+func Scenarios() []Scenario {
+	newYork, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		panic(err) // time/tzdata is linked in: cannot happen
+	}
+	cet := time.FixedZone("UTC+1", 3600)
+	nov1 := time.Date(2026, 11, 1, 5, 0, 0, 0, time.UTC).Sub(Base) // 01:00 EDT on the 25-hour day
+
+	return []Scenario{
+		{
+			// T = 100ms, τ = 500ms.
+			Name:   "token-bucket/burst-then-refill",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 5)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: ok(5, 4, 100*ms)},
+				{At: 0, N: 1, Want: ok(5, 3, 200*ms)},
+				{At: 0, N: 1, Want: ok(5, 2, 300*ms)},
+				{At: 0, N: 1, Want: ok(5, 1, 400*ms)},
+				{At: 0, N: 1, Want: ok(5, 0, 500*ms)},
+				{At: 0, N: 1, Want: no(5, 0, 100*ms, 500*ms)},
+				{At: 100 * ms, N: 1, Want: ok(5, 0, 500*ms)},
+				{At: 250 * ms, N: 1, Want: ok(5, 0, 450*ms)},
+				{At: 250 * ms, N: 0, Want: ok(5, 0, 450*ms)},
+				{At: 1250 * ms, N: 0, Want: ok(5, 5, 0)},
+				{At: 1250 * ms, N: 3, Want: ok(5, 2, 300*ms)},
+			},
+		},
+		{
+			// T = 333333.33…µs: exact, so the second request is 1µs early.
+			Name:   "token-bucket/partial-refill-exact-thirds",
+			Limits: []fg.Limit{fg.TokenBucket(3, sec, 3)},
+			Steps: []Step{
+				{At: 0, N: 3, Want: ok(3, 0, sec)},
+				{At: 333333 * us, N: 1, Want: no(3, 0, 1*us, 666667*us)},
+				{At: 333334 * us, N: 1, Want: ok(3, 0, 1000000*us)},
+				{At: sec, N: 0, Want: ok(3, 2, 333334*us)},
+			},
+		},
+		{
+			// T = 3.33…µs: one in 3.33µs, not one in 3µs.
+			Name:   "token-bucket/300k-per-second",
+			Limits: []fg.Limit{fg.TokenBucket(300000, sec, 300000)},
+			Steps: []Step{
+				{At: 0, N: 300000, Want: ok(300000, 0, sec)},
+				{At: 9 * us, N: 3, Want: no(300000, 2, 1*us, sec-9*us)},
+				{At: 10 * us, N: 3, Want: ok(300000, 0, sec)},
+			},
+		},
+		{
+			Name:   "token-bucket/a-million-per-second",
+			Limits: []fg.Limit{fg.TokenBucket(1000000, sec, 1000000)},
+			Steps: []Step{
+				{At: 0, N: 1000000, Want: ok(1000000, 0, sec)},
+				{At: 1 * us, N: 1, Want: ok(1000000, 0, sec)},
+				{At: 1 * us, N: 1, Want: no(1000000, 0, 1*us, sec)},
+			},
+		},
+		{
+			Name:   "token-bucket/cost-larger-than-burst",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 5)},
+			Steps: []Step{
+				{At: 0, N: 6, Want: no(5, 5, fg.Never, 0)},
+				{At: 0, N: 1 << 62, Want: no(5, 5, fg.Never, 0)},
+				{At: 0, N: 1, Want: ok(5, 4, 100*ms)},
+				{At: 0, N: 6, Want: no(5, 4, fg.Never, 100*ms)},
+				{At: 0, N: 5, Want: no(5, 4, 100*ms, 100*ms)},
+			},
+		},
+		{
+			// The clock jumps back 5s: TAT stays at 11s, nothing is granted.
+			Name:   "token-bucket/time-goes-backwards",
+			Limits: []fg.Limit{fg.TokenBucket(1, sec, 1)},
+			Steps: []Step{
+				{At: 10 * sec, N: 1, Want: ok(1, 0, sec)},
+				{At: 5 * sec, N: 1, Want: no(1, 0, 6*sec, 6*sec)},
+				{At: 5 * sec, N: 0, Want: ok(1, 0, 6*sec)},
+				{At: 10*sec + 500*ms, N: 1, Want: no(1, 0, 500*ms, 500*ms)},
+				{At: 11 * sec, N: 1, Want: ok(1, 0, sec)},
+			},
+		},
+		{
+			// T = 30 days / 1000 = 43m12s.
+			Name:   "token-bucket/30-day-period",
+			Limits: []fg.Limit{fg.TokenBucket(1000, 30*day, 1000)},
+			Steps: []Step{
+				{At: 0, N: 1000, Want: ok(1000, 0, 30*day)},
+				{At: 43*minute + 12*sec - 1*us, N: 1, Want: no(1000, 0, 1*us, 30*day-43*minute-12*sec+1*us)},
+				{At: 43*minute + 12*sec, N: 1, Want: ok(1000, 0, 30*day)},
+			},
+		},
+		{
+			Name:   "token-bucket/500ms-period",
+			Limits: []fg.Limit{fg.TokenBucket(1, 500*ms, 1)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: ok(1, 0, 500*ms)},
+				{At: 0, N: 1, Want: no(1, 0, 500*ms, 500*ms)},
+				{At: 499999 * us, N: 1, Want: no(1, 0, 1*us, 1*us)},
+				{At: 500 * ms, N: 1, Want: ok(1, 0, 500*ms)},
+			},
+		},
+		{
+			Name:   "token-bucket/one-per-hour",
+			Limits: []fg.Limit{fg.TokenBucket(1, hr, 2)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: ok(2, 1, hr)},
+				{At: 0, N: 1, Want: ok(2, 0, 2*hr)},
+				{At: 0, N: 1, Want: no(2, 0, hr, 2*hr)},
+				{At: hr, N: 1, Want: ok(2, 0, 2*hr)},
+			},
+		},
+		{
+			// CL.THROTTLE user123 15 30 60: T = 2s, τ = 32s, limit 16.
+			Name:   "gcra/redis-cell-readme-then-drain",
+			Limits: []fg.Limit{fg.GCRA(15, 30, time.Minute)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: ok(16, 15, 2*sec)},
+				{At: 0, N: 15, Want: ok(16, 0, 32*sec)},
+				{At: 0, N: 1, Want: no(16, 0, 2*sec, 32*sec)},
+				{At: 0, N: 17, Want: no(16, 0, fg.Never, 32*sec)},
+				{At: 2 * sec, N: 1, Want: ok(16, 0, 32*sec)},
+			},
+		},
+		{
+			Name:   "leaky-bucket/funnel",
+			Limits: []fg.Limit{fg.LeakyBucket(5, 1, sec)},
+			Steps: []Step{
+				{At: 0, N: 5, Want: ok(5, 0, 5*sec)},
+				{At: 0, N: 1, Want: no(5, 0, sec, 5*sec)},
+				{At: sec, N: 1, Want: ok(5, 0, 5*sec)},
+				{At: 3 * sec, N: 0, Want: ok(5, 2, 3*sec)},
+			},
+		},
+		{
+			Name:   "fixed-window/minute",
+			Limits: []fg.Limit{fg.FixedWindow(3, time.Minute)},
+			Steps: []Step{
+				{At: 10 * sec, N: 1, Repeat: 3, Want: ok(3, 2, 50*sec)},
+				{At: 20 * sec, N: 1, Want: no(3, 0, 40*sec, 40*sec)},
+				{At: 20 * sec, N: 4, Want: no(3, 0, fg.Never, 40*sec)},
+				{At: 60 * sec, N: 1, Want: ok(3, 2, 60*sec)},
+				// Back in time: still counted in the later window.
+				{At: 59 * sec, N: 1, Want: ok(3, 1, 61*sec)},
+				{At: 2 * minute, N: 0, Want: ok(3, 3, 0)},
+			},
+		},
+		{
+			Name:   "fixed-window/500ms",
+			Limits: []fg.Limit{fg.FixedWindow(2, 500*ms)},
+			Steps: []Step{
+				{At: 0, N: 2, Want: ok(2, 0, 500*ms)},
+				{At: 499999 * us, N: 1, Want: no(2, 0, 1*us, 1*us)},
+				{At: 500 * ms, N: 1, Want: ok(2, 1, 500*ms)},
+			},
+		},
+		{
+			// 10:00Z is 11:00 at UTC+1: the day ends in 13h.
+			Name:   "calendar-window/day-utc+1",
+			Limits: []fg.Limit{fg.CalendarWindow(2, fg.Day, cet)},
+			Steps: []Step{
+				{At: 0, N: 2, Want: ok(2, 0, 13*hr)},
+				{At: 0, N: 1, Want: no(2, 0, 13*hr, 13*hr)},
+				{At: 13 * hr, N: 1, Want: ok(2, 1, 24*hr)},
+			},
+		},
+		{
+			// Sunday 22 November 2026: the week ends at Monday 00:00.
+			Name:   "calendar-window/week-and-month",
+			Limits: []fg.Limit{fg.CalendarWindow(1, fg.Week, nil), fg.CalendarWindow(5, fg.Month, time.UTC)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: at(ok(1, 0, 14*hr), 0)},
+				{At: 0, N: 1, Want: at(no(1, 0, 14*hr, 14*hr), 0)},
+				{At: 14 * hr, N: 4, Want: at(no(1, 1, fg.Never, 0), 0)},
+				{At: 14 * hr, N: 1, Want: at(ok(1, 0, 7*day), 0)},
+				{At: 14 * hr, N: 0, Want: at(ok(1, 0, 7*day), 0)},
+			},
+		},
+		{
+			// New York, 1 November 2026: a 25-hour day (DST ends).
+			Name:   "calendar-window/day-of-25-hours",
+			Limits: []fg.Limit{fg.CalendarWindow(1, fg.Day, newYork)},
+			Steps: []Step{
+				{At: nov1, N: 1, Want: ok(1, 0, 24*hr)},
+				{At: nov1 + 23*hr, N: 1, Want: no(1, 0, hr, hr)},
+				{At: nov1 + 24*hr, N: 1, Want: ok(1, 0, 24*hr)},
+			},
+		},
+		{
+			Name:   "sliding-log/minute",
+			Limits: []fg.Limit{fg.SlidingLog(3, time.Minute)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: ok(3, 2, 60*sec)},
+				{At: 10 * sec, N: 1, Want: ok(3, 1, 60*sec)},
+				{At: 20 * sec, N: 1, Want: ok(3, 0, 60*sec)},
+				{At: 30 * sec, N: 1, Want: no(3, 0, 30*sec, 50*sec)},
+				{At: 30 * sec, N: 4, Want: no(3, 0, fg.Never, 50*sec)},
+				{At: 60 * sec, N: 1, Want: ok(3, 0, 60*sec)},
+				{At: 65 * sec, N: 2, Want: no(3, 0, 15*sec, 55*sec)},
+				// Back in time: the log's time stays at its newest mark.
+				{At: 40 * sec, N: 1, Want: no(3, 0, 30*sec, 80*sec)},
+				{At: 130 * sec, N: 0, Want: ok(3, 3, 0)},
+			},
+		},
+		{
+			Name:   "sliding-log/costs",
+			Limits: []fg.Limit{fg.SlidingLog(5, sec)},
+			Steps: []Step{
+				{At: 0, N: 2, Want: ok(5, 3, sec)},
+				{At: 300 * ms, N: 3, Want: ok(5, 0, sec)},
+				{At: 600 * ms, N: 1, Want: no(5, 0, 400*ms, 700*ms)},
+				{At: sec, N: 2, Want: ok(5, 0, sec)},
+				{At: 1200 * ms, N: 1, Want: no(5, 0, 100*ms, 800*ms)},
+			},
+		},
+		{
+			// The Cloudflare example: 42 in the previous minute, 18 in the
+			// first 15s of this one: ceil(42*45/60) + 18 = 32 + 18 = 50.
+			Name:   "sliding-window/cloudflare",
+			Limits: []fg.Limit{fg.SlidingWindow(50, time.Minute)},
+			Steps: []Step{
+				{At: 30 * sec, N: 42, Want: ok(50, 8, 90*sec)},
+				{At: 75 * sec, N: 18, Want: ok(50, 0, 105*sec)},
+				// ceil(42*(60-e)/60) <= 31 from e = 60 - floor(31*60/42) s.
+				{At: 75 * sec, N: 1, Want: no(50, 0, 714286*us, 105*sec)},
+				{At: 75 * sec, N: 51, Want: no(50, 0, fg.Never, 105*sec)},
+				{At: 75714286 * us, N: 1, Want: ok(50, 0, 104285714*us)},
+				// 14 + 19 + 40 > 50 until the next window, where
+				// ceil(19*(60-e)/60) <= 10 from e = 60 - floor(10*60/19) s.
+				{At: 100 * sec, N: 40, Want: no(50, 17, 48421053*us, 80*sec)},
+				{At: 148421052 * us, N: 40, Want: no(50, 39, 1*us, 31578948*us)},
+				{At: 148421053 * us, N: 40, Want: ok(50, 0, 91578947*us)},
+			},
+		},
+		{
+			Name:   "sliding-window/peek-fresh-key",
+			Limits: []fg.Limit{fg.SlidingWindow(10, sec)},
+			Steps: []Step{
+				{At: 0, N: 0, Want: ok(10, 10, 0)},
+				{At: 0, N: 11, Want: no(10, 10, fg.Never, 0)},
+			},
+		},
+		{
+			// 1 per second with burst 2, and 3 per hour.
+			Name:   "multi-limit/second-and-hour",
+			Limits: []fg.Limit{fg.TokenBucket(1, sec, 2), fg.FixedWindow(3, hr)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: at(ok(2, 1, sec), 0)},
+				{At: 0, N: 1, Want: at(ok(2, 0, 2*sec), 0)},
+				{At: 0, N: 1, Want: at(no(2, 0, sec, 2*sec), 0)},
+				{At: sec, N: 1, Want: at(ok(2, 0, 2*sec), 0)},
+				// The hour denies; the second's bucket is not charged.
+				{At: 3 * sec, N: 1, Want: at(no(3, 0, hr-3*sec, hr-3*sec), 1)},
+				{At: 3 * sec, N: 0, Want: at(ok(3, 0, hr-3*sec), 1)},
+				{At: 3 * sec, N: 5, Want: at(no(2, 2, fg.Never, 0), 0)},
+				{At: hr, N: 2, Want: at(ok(2, 0, 2*sec), 0)},
+			},
+		},
+		{
+			Name:   "multi-limit/log-and-counter",
+			Limits: []fg.Limit{fg.SlidingLog(1, time.Minute), fg.SlidingWindow(2, time.Minute)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: at(ok(1, 0, 60*sec), 0)},
+				{At: 0, N: 1, Want: at(no(1, 0, 60*sec, 60*sec), 0)},
+				{At: 60 * sec, N: 1, Want: at(ok(1, 0, 60*sec), 0)},
+				{At: 60 * sec, N: 0, Want: at(ok(1, 0, 60*sec), 0)},
+			},
+		},
+		{
+			Name:   "reset",
+			Limits: []fg.Limit{fg.TokenBucket(1, time.Minute, 1), fg.SlidingLog(2, time.Minute)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: at(ok(1, 0, time.Minute), 0)},
+				{At: 0, N: 1, Want: at(no(1, 0, time.Minute, time.Minute), 0)},
+				{At: 0, Op: Reset},
+				{At: 0, N: 0, Want: at(ok(1, 1, 0), 0)},
+				{At: 0, N: 1, Want: at(ok(1, 0, time.Minute), 0)},
+				{At: 0, Op: Reset, Key: "never-seen"},
+			},
+		},
+		{
+			Name:   "key-isolation",
+			Limits: []fg.Limit{fg.GCRA(0, 1, time.Minute)},
+			Steps: []Step{
+				{At: 0, Key: "a", N: 1, Want: ok(1, 0, time.Minute)},
+				{At: 0, Key: "b", N: 1, Want: ok(1, 0, time.Minute)},
+				{At: 0, Key: "a", N: 1, Want: no(1, 0, time.Minute, time.Minute)},
+				{At: 0, Key: "b\x00", N: 1, Want: ok(1, 0, time.Minute)},
+				{At: 0, Key: "{a}", N: 1, Want: ok(1, 0, time.Minute)},
+			},
+		},
+		{
+			// golang.org/x/time/rate's TestSimpleReserve, as Wait: 10/s,
+			// burst 2; the second wait of 2 at 0 acts at 200ms, the third
+			// (asked at 300ms) at 400ms.
+			Name:   "wait/x-time-rate-simple-reserve",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 2)},
+			Steps: []Step{
+				{At: 0, Op: Wait, N: 2, Want: fg.Result{Allowed: true}},
+				{At: 0, Op: Wait, N: 2, Want: fg.Result{Allowed: true, RetryAfter: 200 * ms}},
+				{At: 300 * ms, Op: Wait, N: 2, Want: fg.Result{Allowed: true, RetryAfter: 100 * ms}},
+			},
+		},
+	}
+}
