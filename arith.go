@@ -35,6 +35,9 @@ func mulDiv(a, b, c int64) (q, r int64) {
 		return math.MaxInt64, 0
 	}
 	qq, rr := bits.Div64(hi, lo, uint64(c))
+	if qq > math.MaxInt64 {
+		return math.MaxInt64, 0
+	}
 	return int64(qq), int64(rr)
 }
 

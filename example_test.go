@@ -1,0 +1,79 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+// A limit of 10 per second with bursts of 10, on the in-memory store.
+func ExampleNew() {
+	lim, err := floodgate.New(floodgate.PerSecond(10))
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	res, err := lim.Allow(context.Background(), "user:42")
+	if err != nil {
+		panic(err) // the store failed or the key is invalid; a denial is not an error
+	}
+	fmt.Println("allowed", res.Allowed, "remaining", res.Remaining)
+	// Output: allowed true remaining 9
+}
+
+// Two limits on one key, checked as one: 2 per second and 3 per hour.
+func ExampleNewLimiter() {
+	clock := storetest.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	store := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock})
+	defer store.Close()
+	lim, err := floodgate.NewLimiter(store, []floodgate.Limit{
+		floodgate.TokenBucket(2, time.Second, 2).Named("second"),
+		floodgate.FixedWindow(3, time.Hour).Named("hour"),
+	})
+	if err != nil {
+		panic(err)
+	}
+	for i := 0; i < 4; i++ {
+		res, _ := lim.Allow(context.Background(), "api-key:abc")
+		fmt.Printf("allowed=%v by %q remaining=%d retry=%s\n",
+			res.Allowed, lim.Limits()[res.Index].Name(), res.Remaining, res.RetryAfter)
+		clock.Advance(time.Second)
+	}
+	// Output:
+	// allowed=true by "second" remaining=1 retry=0s
+	// allowed=true by "second" remaining=1 retry=0s
+	// allowed=true by "hour" remaining=0 retry=0s
+	// allowed=false by "hour" remaining=0 retry=59m57s
+}
+
+// redis-cell's CL.THROTTLE user123 15 30 60 on a fresh key replies
+// 0 16 15 -1 2.
+func ExampleGCRA() {
+	lim, _ := floodgate.New(floodgate.GCRA(15, 30, time.Minute))
+	defer lim.Close()
+	res, _ := lim.Allow(context.Background(), "user123")
+	fmt.Println(res.Allowed, res.Limit, res.Remaining, res.ResetAfter.Round(time.Second))
+	// Output: true 16 15 2s
+}
+
+// Wait blocks until the request passes, or fails at once when it never can.
+func ExampleLimiter_Wait() {
+	lim, _ := floodgate.New(floodgate.TokenBucket(1, time.Second, 1))
+	defer lim.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	fmt.Println(lim.Wait(ctx, "k", 1))
+	err := lim.Wait(ctx, "k", 1) // 1s away; the deadline is 100ms away
+	fmt.Println(errors.Is(err, floodgate.ErrDeadline))
+	err = lim.Wait(ctx, "k", 2) // more than the burst: never
+	fmt.Println(errors.Is(err, floodgate.ErrCostTooHigh))
+	// Output:
+	// <nil>
+	// true
+	// true
+}

@@ -1,0 +1,197 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+func newTestLimiter(t *testing.T, limits ...floodgate.Limit) (*floodgate.Limiter, *floodgate.MemoryStore, *storetest.Clock) {
+	t.Helper()
+	clock := storetest.NewClock(storetest.Base)
+	st := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	lim, err := floodgate.NewLimiter(st, limits, floodgate.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim, st, clock
+}
+
+func TestWait(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		ctx     func(now time.Time) (context.Context, context.CancelFunc)
+		n       int64
+		wantErr error
+		waited  time.Duration
+	}{
+		{"waits for the refill", nil, 1, nil, 100 * time.Millisecond},
+		{"cost can never fit", nil, 6, floodgate.ErrCostTooHigh, 0},
+		{"deadline too close", func(now time.Time) (context.Context, context.CancelFunc) {
+			return context.WithDeadline(ctx, now.Add(50*time.Millisecond))
+		}, 1, floodgate.ErrDeadline, 0},
+		{"deadline far enough", func(now time.Time) (context.Context, context.CancelFunc) {
+			return context.WithDeadline(ctx, now.Add(time.Hour))
+		}, 1, nil, 100 * time.Millisecond},
+		{"cancelled", func(time.Time) (context.Context, context.CancelFunc) {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			return c, cancel
+		}, 1, context.Canceled, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, _, clock := newTestLimiter(t, floodgate.TokenBucket(10, time.Second, 5))
+			// Contexts' deadlines are real times, so this test's clock
+			// starts at the real time (and still moves only when told).
+			clock.Set(time.Now())
+			for i := 0; i < 5; i++ {
+				if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed {
+					t.Fatalf("drain %d: %+v %v", i, r, err)
+				}
+			}
+			c := ctx
+			if tt.ctx != nil {
+				var cancel context.CancelFunc
+				c, cancel = tt.ctx(clock.Now())
+				defer cancel()
+			}
+			start := clock.Now()
+			err := lim.Wait(c, "k", tt.n)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Wait = %v, want %v", err, tt.wantErr)
+			}
+			if got := clock.Now().Sub(start); got != tt.waited {
+				t.Errorf("waited %s, want %s", got, tt.waited)
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := floodgate.New(); !errors.Is(err, floodgate.ErrNoLimits) {
+		t.Errorf("New() = %v, want ErrNoLimits", err)
+	}
+	if _, err := floodgate.New(floodgate.PerSecond(0)); !errors.Is(err, floodgate.ErrInvalidLimit) {
+		t.Errorf("New(PerSecond(0)) = %v, want ErrInvalidLimit", err)
+	}
+	if _, err := floodgate.NewLimiter(nil, []floodgate.Limit{floodgate.PerSecond(1)}); err == nil {
+		t.Error("NewLimiter(nil store) succeeded")
+	}
+	lim, err := floodgate.New(floodgate.PerSecond(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := lim.Allow(context.Background(), "k"); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Allow after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestMemoryStoreRemovesIdleKeys(t *testing.T) {
+	ctx := context.Background()
+	lim, st, clock := newTestLimiter(t, floodgate.TokenBucket(1, time.Second, 2), floodgate.SlidingLog(3, time.Minute))
+	for i := 0; i < 100; i++ {
+		if _, err := lim.Allow(ctx, fmt.Sprint("key", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Peeks and denials of fresh keys store nothing.
+	if _, err := lim.Peek(ctx, "peeked"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.AllowN(ctx, "too-big", 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Len(); got != 100 {
+		t.Fatalf("Len = %d, want 100", got)
+	}
+	clock.Advance(59 * time.Second)
+	if n := st.Sweep(); n != 0 {
+		t.Fatalf("Sweep removed %d keys that are not back to full", n)
+	}
+	clock.Advance(time.Second)
+	if n := st.Sweep(); n != 100 || st.Len() != 0 {
+		t.Fatalf("Sweep removed %d, Len %d; want 100 and 0", n, st.Len())
+	}
+}
+
+func TestMemoryStoreMaxKeys(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Base)
+	st := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, MaxKeys: 64, Shards: 4, SweepInterval: -1})
+	defer st.Close()
+	limits := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 1)}
+	for i := 0; i < 10000; i++ {
+		if _, err := st.Take(ctx, fmt.Sprint("flood", i), limits, 1); err != nil {
+			t.Fatal(err)
+		}
+		if st.Len() > 64 {
+			t.Fatalf("after %d keys the store holds %d, more than MaxKeys 64", i+1, st.Len())
+		}
+	}
+	if st.Evictions() == 0 {
+		t.Fatal("no evictions counted")
+	}
+	// Keys that are back to full go first, and their eviction is not
+	// counted. 8 new keys cannot overfill a shard of 16 on their own.
+	clock.Advance(2 * time.Hour)
+	before := st.Evictions()
+	for i := 0; i < 8; i++ {
+		if _, err := st.Take(ctx, fmt.Sprint("later", i), limits, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.Evictions() != before {
+		t.Fatalf("evicted %d live keys while expired ones were there", st.Evictions()-before)
+	}
+}
+
+func TestMemoryStoreCloseStopsSweeper(t *testing.T) {
+	st := floodgate.NewMemoryStore(&floodgate.MemoryConfig{SweepInterval: time.Millisecond})
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Reset(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(1)}); !errors.Is(err, floodgate.ErrClosed) {
+		t.Fatalf("Reset after Close = %v", err)
+	}
+}
+
+func TestMemoryStoreNoAllocations(t *testing.T) {
+	ctx := context.Background()
+	for _, l := range []floodgate.Limit{
+		floodgate.TokenBucket(1000, time.Second, 100),
+		floodgate.FixedWindow(100, time.Second),
+		floodgate.SlidingWindow(100, time.Second),
+		floodgate.SlidingLog(100, time.Second),
+	} {
+		lim, _, clock := newTestLimiter(t, l, floodgate.PerHour(1<<30))
+		if _, err := lim.Allow(ctx, "hot"); err != nil {
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			clock.Advance(time.Millisecond)
+			if _, err := lim.Allow(ctx, "hot"); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per decision on an existing key, want 0", l.Algorithm(), allocs)
+		}
+	}
+}
