@@ -317,6 +317,17 @@ func (l Limit) Rate() int64 {
 // bucket's period or the window's length (nominal for calendar windows).
 func (l Limit) Period() time.Duration { return time.Duration(l.period) * time.Microsecond }
 
+// Window returns the fixed window that contains t: for FixedWindow the
+// epoch-aligned window, for CalendarWindow the calendar day, week or month
+// in the limit's time zone. For the other algorithms it returns t, t.
+func (l Limit) Window(t time.Time) (start, end time.Time) {
+	if l.alg != AlgorithmFixedWindow {
+		return t, t
+	}
+	s, e := l.window(unixMicro(t))
+	return time.UnixMicro(s), time.UnixMicro(e)
+}
+
 // Calendar returns the calendar unit and time zone of a calendar-aligned
 // fixed window, or 0 and nil for every other limit.
 func (l Limit) Calendar() (Calendar, *time.Location) { return l.cal, l.loc }

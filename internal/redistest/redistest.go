@@ -1,0 +1,184 @@
+// Package redistest starts real redis-server processes for tests: a
+// standalone server, or a small Redis Cluster, each on free ports of
+// 127.0.0.1, with no persistence, stopped when the test ends. Tests never
+// use a server they did not start.
+//
+// When redis-server is not installed the test is skipped, or fails when
+// $FLOODGATE_REQUIRE_REDIS is 1 (floodgate's test script sets it in CI).
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	Addr string // host:port on 127.0.0.1
+	cmd  *exec.Cmd
+	dir  string
+}
+
+func need(t testing.TB, bin string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		if os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
+			t.Fatalf("%s not found: install it (Debian: apt-get install redis-server); scripts/test does", bin)
+		}
+		t.Skipf("%s not found; skipping (scripts/test installs it)", bin)
+	}
+	return p
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start starts a standalone redis-server and stops it when t ends. Extra
+// arguments are passed to redis-server ("--maxmemory", "1mb", ...).
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := need(t, "redis-server")
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		s, err := start(t, bin, freePort(t), extra)
+		if err == nil {
+			return s
+		}
+		last = err
+	}
+	t.Fatalf("starting redis-server: %v", last)
+	return nil
+}
+
+func start(t testing.TB, bin string, port int, extra []string) (*Server, error) {
+	dir := t.TempDir()
+	args := append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
+	}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
+	t.Cleanup(s.Stop)
+	if err := waitPing(s.Addr, 5*time.Second); err != nil {
+		s.Stop()
+		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		return nil, fmt.Errorf("%w\n%s", err, log)
+	}
+	return s, nil
+}
+
+func waitPing(addr string, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	var err error
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		// NOAUTH is an answer too: the server is up and wants a password.
+		if err = c.Ping(context.Background()).Err(); err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
+			return nil
+		}
+	}
+	return fmt.Errorf("redis at %s did not answer PING within %s: %w", addr, within, err)
+}
+
+// Stop kills the server and waits for it. It is safe to call twice.
+func (s *Server) Stop() {
+	if s.cmd.Process == nil || s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// Signal sends sig to the server (SIGSTOP to make it hang, SIGCONT to
+// resume it).
+func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
+
+// Client returns a client for the server, closed when t ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Cluster is a Redis Cluster of masters with no replicas.
+type Cluster struct {
+	Addrs   []string
+	Servers []*Server
+}
+
+// StartCluster starts a cluster of the given number of masters (3 at
+// least) and waits until it serves every slot.
+func StartCluster(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	bin := need(t, "redis-server")
+	cli := need(t, "redis-cli")
+	c := &Cluster{}
+	for i := 0; i < masters; i++ {
+		var s *Server
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			if s, err = start(t, bin, freePort(t), []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("starting cluster node: %v", err)
+		}
+		c.Servers = append(c.Servers, s)
+		c.Addrs = append(c.Addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, addr := range c.Addrs {
+		if err := waitClusterOK(addr, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func waitClusterOK(addr string, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info := ""
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		info, _ = c.ClusterInfo(context.Background()).Result()
+		if strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster node %s not ok within %s:\n%s", addr, within, info)
+}
+
+// Client returns a cluster client, closed when t ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}

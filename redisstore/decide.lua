@@ -1,0 +1,271 @@
+-- floodgate: decide one request against one or more limits, atomically.
+-- A line-for-line mirror of algo.go: change both together; the conformance
+-- suite and the differential fuzz test hold them to identical results.
+--
+-- KEYS[i]  the state of limit i (a string, or a sorted set for a sliding log)
+-- ARGV[1]  now in microseconds, or -1 to use the server's TIME
+-- ARGV[2]  the cost n (n = 0 peeks)
+-- ARGV[3]  milliseconds added to every expiry (0 with server time)
+-- then 7 values per limit: kind, quota, rate, period, c0, c1, c2
+--   kind: 1 bucket, 2 fixed window, 3 sliding window counter, 4 sliding log
+--   c0, c1, c2: for a calendar window, [c0, c1) is the window that
+--   contains the client's now and [c1, c2) the next one (Lua has no time
+--   zones, so the client computes them); 0 for every other limit.
+-- Returns 4 integers per limit: allowed (0/1), remaining, retry (µs, -1
+-- never), reset (µs).
+--
+-- Every number stays below 2^53, so Lua's doubles hold it exactly.
+
+local TWO53 = 9007199254740992
+
+-- floor(a*b/c) and remainder, exactly, for 0 <= a, b and 0 < c < 2^52.
+local function muldiv(a, b, c)
+  local p = a * b
+  if p < TWO53 then
+    local q = math.floor(p / c)
+    local r = p - q * c
+    if r < 0 then q = q - 1; r = r + c elseif r >= c then q = q + 1; r = r - c end
+    return q, r
+  end
+  local bq = math.floor(b / c)
+  local br = b - bq * c
+  if br < 0 then bq = bq - 1; br = br + c elseif br >= c then bq = bq + 1; br = br - c end
+  local bits, x = {}, a
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q, r = q * 2, r * 2
+    if r >= c then q = q + 1; r = r - c end
+    if bits[i] == 1 then
+      r = r + br
+      if r >= c then q = q + 1; r = r - c end
+    end
+  end
+  return a * bq + q, r
+end
+
+local function fmt(x) return string.format('%.0f', x) end
+
+local function corrupt(key)
+  return redis.error_reply('FLOODGATE corrupt state: key ' .. key .. ' does not hold floodgate data')
+end
+
+-- get reads a string key; a key of another type is an error reply.
+local function get(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return nil, redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
+  end
+  return v, nil
+end
+
+local function window(t, period, c0, c1, c2)
+  if c1 == 0 then
+    local off = t % period
+    return t - off, t - off + period
+  end
+  if t < c1 then return c0, c1 end
+  return c1, c2
+end
+
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local n = tonumber(ARGV[2])
+local extra = tonumber(ARGV[3])
+local nk = #KEYS
+local out, writes = {}, {}
+local allowedAll = true
+
+for i = 1, nk do
+  local key = KEYS[i]
+  local a = 3 + (i - 1) * 7
+  local kind, L, R, P = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local c0, c1, c2 = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  local allowed, remaining, retry, reset = false, 0, 0, 0
+  local w -- what to write if charged
+
+  if kind == 1 then
+    local tauQ, tauR = muldiv(L, P, R)
+    local v, err = get(key)
+    if err then return err end
+    local tat, f, sr = 0, 0, 0
+    if v then
+      local x, y, z = string.match(v, '^(%d+):(%d+):(%d+)$')
+      if not x then return corrupt(key) end
+      tat, f, sr = tonumber(x), tonumber(y), tonumber(z)
+    end
+    if sr ~= R then
+      if f > 0 then tat = tat + 1 end
+      f = 0
+    end
+    if tat < now then tat, f = now, 0 end
+    if n > L then
+      retry = -1
+    else
+      local iq, ir = muldiv(n, P, R)
+      local nt, nf = tat + iq, f + ir
+      if nf >= R then nt, nf = nt + 1, nf - R end
+      local lt, lf = now + tauQ, tauR
+      if nt < lt or (nt == lt and nf <= lf) then
+        allowed = true
+        tat, f = nt, nf
+        w = {'SET', key, fmt(nt) .. ':' .. fmt(nf) .. ':' .. fmt(R)}
+      else
+        local dt, df = nt - lt, nf - lf
+        if df < 0 then dt, df = dt - 1, df + R end
+        retry = dt
+        if df > 0 then retry = retry + 1 end
+      end
+    end
+    local dt, df = now + tauQ - tat, tauR - f
+    if df < 0 then dt, df = dt - 1, df + R end
+    if dt >= 0 then
+      local q, r = muldiv(dt, R, P)
+      remaining = q + math.floor((r + df) / P)
+    end
+    if tat > now or (tat == now and f > 0) then
+      reset = tat - now
+      if f > 0 then reset = reset + 1 end
+    end
+
+  elseif kind == 2 then
+    local v, err = get(key)
+    if err then return err end
+    local s, count = 0, 0
+    if v then
+      local x, y = string.match(v, '^(%-?%d+):(%d+)$')
+      if not x then return corrupt(key) end
+      s, count = tonumber(x), tonumber(y)
+    end
+    local start, stop = window(math.max(now, s), P, c0, c1, c2)
+    if s ~= start then count = 0 end
+    if n > L then
+      retry = -1
+    elseif count + n <= L then
+      allowed = true
+      count = count + n
+      w = {'SET', key, fmt(start) .. ':' .. fmt(count)}
+    else
+      retry = stop - now
+    end
+    remaining = math.max(L - count, 0)
+    if count > 0 then reset = stop - now end
+
+  elseif kind == 3 then
+    local v, err = get(key)
+    if err then return err end
+    local s, sp, sc = 0, 0, 0
+    if v then
+      local x, y, z = string.match(v, '^(%-?%d+):(%d+):(%d+)$')
+      if not x then return corrupt(key) end
+      s, sp, sc = tonumber(x), tonumber(y), tonumber(z)
+    end
+    local t = math.max(now, s)
+    local e = t % P
+    local cur = t - e
+    local prev, curr = 0, 0
+    if s == cur then prev, curr = sp, sc elseif s == cur - P then prev = sc end
+    local q, r = muldiv(prev, P - e, P)
+    local est = q
+    if r > 0 then est = est + 1 end
+    if n > L then
+      retry = -1
+    elseif est + curr + n <= L then
+      allowed = true
+      curr = curr + n
+      w = {'SET', key, fmt(cur) .. ':' .. fmt(prev) .. ':' .. fmt(curr)}
+    else
+      local need = L - curr - n
+      local at
+      if need >= 0 then
+        local q2 = muldiv(need, P, prev)
+        at = cur + P - q2
+      else
+        local q2 = muldiv(L - n, P, curr)
+        at = cur + P + P - math.min(q2, P)
+      end
+      retry = at - now
+    end
+    remaining = math.max(L - est - curr, 0)
+    if curr > 0 then reset = cur + 2 * P - now elseif est > 0 then reset = cur + P - now end
+
+  elseif kind == 4 then
+    -- A sorted set with one member per admitted unit, scored by its time.
+    local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if newest.err then
+      return redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
+    end
+    local t = now
+    if newest[2] then
+      local last = tonumber(newest[2])
+      if not last or last ~= math.floor(last) then return corrupt(key) end
+      if last > t then t = last end
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - P))
+    local total = redis.call('ZCARD', key)
+    local count = total
+    if n > L then
+      retry = -1
+    elseif total + n <= L then
+      allowed = true
+      count = total + n
+      w = {'LOG', key, t}
+    else
+      local need = total + n - L
+      local m = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+      retry = tonumber(m[2]) + P - now
+    end
+    remaining = math.max(L - count, 0)
+    if allowed and n > 0 then
+      reset = t + P - now
+    elseif total > 0 then
+      local m = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      reset = tonumber(m[2]) + P - now
+    end
+  else
+    return redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(kind))
+  end
+
+  if n == 0 then allowed, retry = true, 0 end
+  if not allowed then allowedAll = false end
+  writes[i] = w
+  out[#out + 1] = allowed and 1 or 0
+  out[#out + 1] = remaining
+  out[#out + 1] = retry
+  out[#out + 1] = reset
+end
+
+if allowedAll and n > 0 then
+  for i = 1, nk do
+    local w = writes[i]
+    local ttl = math.floor((out[(i - 1) * 4 + 4] + 999) / 1000) + extra
+    if ttl < 1 then ttl = 1 end
+    if w[1] == 'SET' then
+      redis.call('SET', w[2], w[3], 'PX', ttl)
+    else
+      -- n members at time t, named t:j, after those already at t.
+      local key, t = w[2], w[3]
+      local ts = fmt(t)
+      local have = redis.call('ZCOUNT', key, ts, ts)
+      local args, j = {}, 0
+      while j < n do
+        j = j + 1
+        args[#args + 1] = ts
+        args[#args + 1] = ts .. ':' .. fmt(have + j)
+        if #args >= 1000 or j == n then
+          redis.call('ZADD', key, unpack(args))
+          args = {}
+        end
+      end
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+end
+return out

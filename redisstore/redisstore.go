@@ -1,0 +1,233 @@
+// Package redisstore is a floodgate.Store on Redis, so that many processes
+// share one limit. Every decision is one atomic Lua script, run with
+// EVALSHA (and reloaded transparently after SCRIPT FLUSH, a restart or a
+// failover), timed by the Redis server's clock so that the application
+// servers' clocks do not matter.
+//
+// It works with standalone Redis, Sentinel and Redis Cluster: give New any
+// redis.UniversalClient. Requires Redis 5 or later (scripts that read TIME
+// before writing need effects replication); tested on Redis 7.0.
+//
+// # Keys
+//
+// Each limit on a key is one Redis key, <prefix>{<key>}:<index><kind>,
+// where kind is b (token bucket, leaky bucket, GCRA), f (fixed window),
+// s (sliding window counter) or l (sliding log). A key containing { or }
+// is tagged by a hash of it instead: <prefix>{<hash>}<key>:<index><kind>.
+// All the keys of one decision share the hash tag, so they live in one
+// Cluster slot. The first three kinds are strings of a few integers; the
+// sliding log is a sorted set with one member per admitted unit, never
+// more than the limit. Every key expires when its limit is back to full,
+// so an idle key costs nothing, and a missing key means "full".
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed decide.lua
+var decideSource string
+
+// decideScript is immutable; go-redis runs it with EVALSHA and falls back
+// to EVAL (which loads it) when Redis answers NOSCRIPT.
+var decideScript = redis.NewScript(decideSource)
+
+// Options configures a Store. The zero value (or nil) gives the defaults.
+type Options struct {
+	// Prefix is prepended to every Redis key. Default: "floodgate:".
+	Prefix string
+	// Clock, when set, replaces the Redis server's TIME as the source of
+	// time; the conformance tests use it. An injected clock does not move
+	// Redis's own expiry clock, so keys are then kept ten minutes longer
+	// than they need to be. Default: nil, server time.
+	Clock floodgate.Clock
+}
+
+// Store is a floodgate.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	client   redis.UniversalClient
+	prefix   string
+	clock    floodgate.Clock
+	extraTTL int64 // ms added to every expiry
+	owned    bool
+	closed   atomic.Bool
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+// injectedClockTTL is how long keys outlive their reset when the time comes
+// from an injected clock rather than from Redis.
+const injectedClockTTL = 10 * time.Minute
+
+// New returns a Store on client, which may be a standalone, Sentinel
+// (failover) or Cluster client. Closing the Store does not close client.
+func New(client redis.UniversalClient, opts *Options) *Store {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = "floodgate:"
+	}
+	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock}
+	if o.Clock != nil {
+		s.extraTTL = injectedClockTTL.Milliseconds()
+	}
+	return s
+}
+
+// NewFromURL returns a Store on a new client for url, which Close closes:
+// redis://[user:password@]host:port[/db], or rediss:// for TLS, with
+// go-redis's query options (dial_timeout, pool_size, ...). For Cluster or
+// Sentinel, build the client yourself and call New.
+func NewFromURL(url string, opts *Options) (*Store, error) {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	s := New(redis.NewClient(o), opts)
+	s.owned = true
+	return s, nil
+}
+
+// kinds maps each algorithm to the Lua script's kind number and the key
+// suffix.
+func kindOf(a floodgate.Algorithm) (int, byte) {
+	switch a {
+	case floodgate.AlgorithmFixedWindow:
+		return 2, 'f'
+	case floodgate.AlgorithmSlidingWindow:
+		return 3, 's'
+	case floodgate.AlgorithmSlidingLog:
+		return 4, 'l'
+	}
+	return 1, 'b'
+}
+
+// keys returns the Redis keys of key's limits.
+func (s *Store) keys(key string, limits []floodgate.Limit) []string {
+	var b strings.Builder
+	b.WriteString(s.prefix)
+	if strings.ContainsAny(key, "{}") {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		b.WriteByte('{')
+		b.WriteString(strconv.FormatUint(h.Sum64(), 36))
+		b.WriteByte('}')
+		b.WriteString(key)
+	} else {
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteByte('}')
+	}
+	b.WriteByte(':')
+	base := b.String()
+	keys := make([]string, len(limits))
+	for i, l := range limits {
+		_, suffix := kindOf(l.Algorithm())
+		keys[i] = base + strconv.Itoa(i) + string(suffix)
+	}
+	return keys
+}
+
+// Take implements floodgate.Store.
+func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
+	if err := floodgate.CheckTake(key, limits, n); err != nil {
+		return floodgate.Result{}, err
+	}
+	if s.closed.Load() {
+		return floodgate.Result{}, floodgate.ErrClosed
+	}
+	now := int64(-1)
+	var clientNow time.Time
+	if s.clock != nil {
+		clientNow = s.clock.Now()
+		now = clientNow.UnixMicro()
+	}
+	args := make([]any, 0, 3+7*len(limits))
+	args = append(args, now, n, s.extraTTL)
+	for _, l := range limits {
+		kind, _ := kindOf(l.Algorithm())
+		var c0, c1, c2 int64
+		if unit, _ := l.Calendar(); unit != 0 {
+			if clientNow.IsZero() {
+				clientNow = floodgate.SystemClock().Now()
+			}
+			start, end := l.Window(clientNow)
+			_, next := l.Window(end)
+			c0, c1, c2 = start.UnixMicro(), end.UnixMicro(), next.UnixMicro()
+		}
+		args = append(args, kind, l.Quota(), l.Rate(), l.Period().Microseconds(), c0, c1, c2)
+	}
+	out, err := decideScript.Run(ctx, s.client, s.keys(key, limits), args...).Int64Slice()
+	if err != nil {
+		return floodgate.Result{}, s.wrap(ctx, err)
+	}
+	if len(out) != 4*len(limits) {
+		return floodgate.Result{}, fmt.Errorf("%w: script returned %d values for %d limits", floodgate.ErrStore, len(out), len(limits))
+	}
+	var buf [floodgate.MaxLimits]floodgate.Verdict
+	vs := buf[:len(limits)]
+	for i := range vs {
+		v := out[4*i:]
+		vs[i] = floodgate.Verdict{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: usDuration(v[3])}
+		if v[0] != 1 {
+			vs[i].RetryAfter = usDuration(v[2])
+		}
+	}
+	return floodgate.Combine(limits, vs), nil
+}
+
+func usDuration(us int64) time.Duration {
+	if us < 0 {
+		return floodgate.Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// wrap turns a Redis error into floodgate's: the caller's own cancellation
+// or deadline comes back as the context's error, everything else wraps
+// floodgate.ErrStore.
+func (s *Store) wrap(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return ctxErr
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), "FLOODGATE "); ok {
+		return fmt.Errorf("%w: redis: %s", floodgate.ErrStore, msg)
+	}
+	return fmt.Errorf("%w: redis: %w", floodgate.ErrStore, err)
+}
+
+// Reset implements floodgate.Store: it deletes key's Redis keys.
+func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit) error {
+	if err := floodgate.CheckKey(key, limits); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	if err := s.client.Del(ctx, s.keys(key, limits)...).Err(); err != nil {
+		return s.wrap(ctx, err)
+	}
+	return nil
+}
+
+// Close makes further calls fail with floodgate.ErrClosed, and closes the
+// client if NewFromURL made it. It is safe to call more than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) || !s.owned {
+		return nil
+	}
+	return s.client.Close()
+}

@@ -1,0 +1,240 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+var prefixes atomic.Int64
+
+// factory returns a storetest.NewStore whose stores share client, each
+// under its own key prefix so that scenarios running in parallel do not
+// meet.
+func factory(client redis.UniversalClient) storetest.NewStore {
+	return func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		return redisstore.New(client, &redisstore.Options{
+			Prefix: fmt.Sprintf("t%d:", prefixes.Add(1)),
+			Clock:  clock,
+		})
+	}
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, factory(srv.Client(t)))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	storetest.Run(t, factory(cluster.Client(t)))
+}
+
+// TestKeysShareSlot checks that every Redis key of one decision is in one
+// Cluster slot, including keys with braces of their own.
+func TestKeysShareSlot(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	st := redisstore.New(client, &redisstore.Options{Prefix: "slot:"})
+	limits := []floodgate.Limit{floodgate.PerSecond(5), floodgate.FixedWindow(10, time.Minute),
+		floodgate.SlidingWindow(10, time.Minute), floodgate.SlidingLog(3, time.Minute)}
+	for _, key := range []string{"user:1", "{a}b", "}", "{", "a{}b", "{x}{y}", strings.Repeat("é", 200)} {
+		if _, err := st.Take(context.Background(), key, limits, 1); err != nil {
+			t.Errorf("key %q: %v", key, err)
+		}
+	}
+}
+
+func TestServerTime(t *testing.T) {
+	srv := redistest.Start(t)
+	st := redisstore.New(srv.Client(t), nil)
+	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.GCRA(15, 30, time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The redis-cell README example on a fresh key, on the server's clock.
+	r, err := lim.Allow(context.Background(), "user123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Allowed || r.Limit != 16 || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
+		t.Fatalf("CL.THROTTLE user123 15 30 60 = %+v, want allowed, 16, 15, reset 2s", r)
+	}
+	ttl, err := srv.Client(t).PTTL(context.Background(), "floodgate:{user123}:0b").Result()
+	if err != nil || ttl <= 0 || ttl > 2*time.Second {
+		t.Fatalf("key TTL = %s, %v; want at most the 2s reset", ttl, err)
+	}
+}
+
+func TestHostileState(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	st := redisstore.New(client, &redisstore.Options{Prefix: "h:"})
+	tests := []struct {
+		name  string
+		limit floodgate.Limit
+		key   string
+		setup func() error
+		want  string
+	}{
+		{"list where a bucket is", floodgate.PerSecond(1), "h:{a}:0b", func() error { return client.LPush(ctx, "h:{a}:0b", "x").Err() }, "wrong type"},
+		{"garbage bucket", floodgate.PerSecond(1), "h:{b}:0b", func() error { return client.Set(ctx, "h:{b}:0b", "hello", 0).Err() }, "corrupt state"},
+		{"float bucket", floodgate.PerSecond(1), "h:{c}:0b", func() error { return client.Set(ctx, "h:{c}:0b", "1.5:0:1", 0).Err() }, "corrupt state"},
+		{"garbage window", floodgate.FixedWindow(1, time.Second), "h:{d}:0f", func() error { return client.Set(ctx, "h:{d}:0f", "12", 0).Err() }, "corrupt state"},
+		{"garbage counter", floodgate.SlidingWindow(1, time.Second), "h:{e}:0s", func() error { return client.Set(ctx, "h:{e}:0s", "a:b:c", 0).Err() }, "corrupt state"},
+		{"string where a log is", floodgate.SlidingLog(1, time.Second), "h:{f}:0l", func() error { return client.Set(ctx, "h:{f}:0l", "x", 0).Err() }, "wrong type"},
+		{"fractional log score", floodgate.SlidingLog(1, time.Second), "h:{g}:0l", func() error {
+			return client.ZAdd(ctx, "h:{g}:0l", redis.Z{Score: 1.5, Member: "m"}).Err()
+		}, "corrupt state"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.setup(); err != nil {
+				t.Fatal(err)
+			}
+			key := strings.TrimSuffix(strings.TrimPrefix(tt.key, "h:{"), "}:0"+tt.key[len(tt.key)-1:])
+			r, err := st.Take(ctx, key, []floodgate.Limit{tt.limit}, 1)
+			if !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Take = %+v, %v; want an ErrStore saying %q", r, err, tt.want)
+			}
+			if strings.Contains(err.Error(), "script:") || strings.Contains(err.Error(), "stack") {
+				t.Errorf("error shows Lua internals: %v", err)
+			}
+		})
+	}
+}
+
+func TestErrorsAreWrapped(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	st := redisstore.New(client, nil)
+	limits := []floodgate.Limit{floodgate.PerSecond(1)}
+	// A cancelled context is the caller's, not a store failure.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := st.Take(ctx, "k", limits, 1); !errors.Is(err, context.Canceled) || errors.Is(err, floodgate.ErrStore) {
+		t.Errorf("Take with a cancelled context = %v, want context.Canceled only", err)
+	}
+	// A dead server is a store failure, never a denial.
+	srv.Stop()
+	r, err := st.Take(context.Background(), "k", limits, 1)
+	if !errors.Is(err, floodgate.ErrStore) {
+		t.Errorf("Take on a stopped server = %+v, %v; want ErrStore", r, err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Take(context.Background(), "k", limits, 1); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Take after Close = %v", err)
+	}
+}
+
+// TestScriptReloaded flushes the script cache between decisions: go-redis
+// answers NOSCRIPT by sending the script again.
+func TestScriptReloaded(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	st := redisstore.New(client, nil)
+	limits := []floodgate.Limit{floodgate.PerMinute(10)}
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		r, err := st.Take(ctx, "k", limits, 1)
+		if err != nil || r.Remaining != int64(9-i) {
+			t.Fatalf("decision %d after SCRIPT FLUSH: %+v, %v", i, r, err)
+		}
+		if err := client.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNewFromURL(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "s3cret")
+	st, err := redisstore.NewFromURL("redis://:s3cret@"+srv.Addr+"/2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.Take(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(1)}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret", DB: 2}).DBSize(context.Background()).Result(); err != nil || n != 1 {
+		t.Fatalf("db 2 holds %d keys (%v), want 1", n, err)
+	}
+	if _, err := redisstore.NewFromURL("http://nope", nil); err == nil {
+		t.Fatal("NewFromURL accepted an http URL")
+	}
+}
+
+// TestAccuracyUnderConcurrency hammers one key from many connections for
+// two seconds of real time on the server's clock: the store must admit no
+// more than burst + rate*elapsed, and at least 99% of it.
+func TestAccuracyUnderConcurrency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 2s")
+	}
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
+	defer client.Close()
+	const rate, burst = 2000, 100
+	st := redisstore.New(client, nil)
+	limits := []floodgate.Limit{floodgate.TokenBucket(rate, time.Second, burst)}
+	ctx := context.Background()
+	serverNow := func() time.Time { tm, _ := client.Time(ctx).Result(); return tm }
+
+	// Dial every connection first, so that the measured span is the
+	// hammering and not the dialling.
+	var warm sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		warm.Add(1)
+		go func() { defer warm.Done(); client.Ping(ctx) }()
+	}
+	warm.Wait()
+	start := serverNow()
+	stop := time.Now().Add(2 * time.Second)
+	var admitted, calls atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				r, err := st.Take(ctx, "hot", limits, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				calls.Add(1)
+				if r.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := serverNow().Sub(start)
+	bound := burst + rate*elapsed.Seconds()
+	got := float64(admitted.Load())
+	t.Logf("%d calls, %d admitted in %s; bound %.0f (%.2f%%)", calls.Load(), admitted.Load(), elapsed, bound, 100*got/bound)
+	if got > bound {
+		t.Fatalf("admitted %.0f, more than the bound %.0f", got, bound)
+	}
+	if got < 0.99*bound {
+		t.Fatalf("admitted %.0f, less than 99%% of the bound %.0f", got, bound)
+	}
+}
