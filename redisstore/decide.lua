@@ -138,20 +138,28 @@ for i = 1, nk do
   elseif kind == 2 then
     local v, err = get(key)
     if err then return err end
-    local s, count = 0, 0
+    -- The state is "start:end:count". A window that starts after now (the
+    -- clock went back) stays the current one, as in Go; its end is stored
+    -- because a calendar window's end cannot be computed here.
+    local s, se, count = 0, 0, 0
     if v then
-      local x, y = string.match(v, '^(%-?%d+):(%d+)$')
+      local x, y, z = string.match(v, '^(%-?%d+):(%-?%d+):(%d+)$')
       if not x then return corrupt(key) end
-      s, count = tonumber(x), tonumber(y)
+      s, se, count = tonumber(x), tonumber(y), tonumber(z)
     end
-    local start, stop = window(math.max(now, s), P, c0, c1, c2)
+    local start, stop
+    if v and s >= now then
+      start, stop = s, se
+    else
+      start, stop = window(now, P, c0, c1, c2)
+    end
     if s ~= start then count = 0 end
     if n > L then
       retry = -1
     elseif count + n <= L then
       allowed = true
       count = count + n
-      w = {'SET', key, fmt(start) .. ':' .. fmt(count)}
+      w = {'SET', key, fmt(start) .. ':' .. fmt(stop) .. ':' .. fmt(count)}
     else
       retry = stop - now
     end

@@ -92,7 +92,7 @@ func TestHostileState(t *testing.T) {
 		{"list where a bucket is", floodgate.PerSecond(1), "h:{a}:0b", func() error { return client.LPush(ctx, "h:{a}:0b", "x").Err() }, "wrong type"},
 		{"garbage bucket", floodgate.PerSecond(1), "h:{b}:0b", func() error { return client.Set(ctx, "h:{b}:0b", "hello", 0).Err() }, "corrupt state"},
 		{"float bucket", floodgate.PerSecond(1), "h:{c}:0b", func() error { return client.Set(ctx, "h:{c}:0b", "1.5:0:1", 0).Err() }, "corrupt state"},
-		{"garbage window", floodgate.FixedWindow(1, time.Second), "h:{d}:0f", func() error { return client.Set(ctx, "h:{d}:0f", "12", 0).Err() }, "corrupt state"},
+		{"garbage window", floodgate.FixedWindow(1, time.Second), "h:{d}:0f", func() error { return client.Set(ctx, "h:{d}:0f", "12:13", 0).Err() }, "corrupt state"},
 		{"garbage counter", floodgate.SlidingWindow(1, time.Second), "h:{e}:0s", func() error { return client.Set(ctx, "h:{e}:0s", "a:b:c", 0).Err() }, "corrupt state"},
 		{"string where a log is", floodgate.SlidingLog(1, time.Second), "h:{f}:0l", func() error { return client.Set(ctx, "h:{f}:0l", "x", 0).Err() }, "wrong type"},
 		{"fractional log score", floodgate.SlidingLog(1, time.Second), "h:{g}:0l", func() error {

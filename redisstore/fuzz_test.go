@@ -1,0 +1,119 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+// periods and rates chosen to stress the exact arithmetic: fractions that
+// do not divide, sub-millisecond and month-long periods.
+var (
+	fuzzPeriods = []time.Duration{time.Microsecond, 333 * time.Microsecond, 500 * time.Millisecond, time.Second,
+		7 * time.Second, time.Minute, time.Hour, 30 * 24 * time.Hour}
+	fuzzRates = []int64{1, 2, 3, 7, 10, 1000, 300000, 1 << 40}
+)
+
+// fuzzLimit builds a limit from three bytes.
+func fuzzLimit(a, b, c byte) floodgate.Limit {
+	period := fuzzPeriods[int(b)%len(fuzzPeriods)]
+	quota := int64(c%20) + 1
+	rate := fuzzRates[int(b>>4)%len(fuzzRates)]
+	switch a % 7 {
+	case 0:
+		return floodgate.TokenBucket(rate, period, quota)
+	case 1:
+		return floodgate.GCRA(quota-1, rate, period)
+	case 2:
+		return floodgate.LeakyBucket(quota, rate, period)
+	case 3:
+		return floodgate.FixedWindow(quota, period)
+	case 4:
+		return floodgate.SlidingLog(quota, period)
+	case 5:
+		return floodgate.SlidingWindow(quota, period)
+	default:
+		return floodgate.CalendarWindow(quota, floodgate.Calendar(c%3+1), time.FixedZone("", 3600*(int(b)%25-12)))
+	}
+}
+
+// FuzzDifferential compares the Go algorithms (the memory store) with the
+// Lua script (the Redis store) on random sequences of times, costs, keys
+// and one or two limits: every result must be identical. A short run is
+// part of scripts/test; run longer with
+//
+//	go test -run - -fuzz FuzzDifferential -fuzztime 5m ./redisstore
+func FuzzDifferential(f *testing.F) {
+	srv := redistest.Start(f)
+	client := srv.Client(f)
+	f.Add([]byte{0, 3, 4, 0, 0, 0, 10, 1, 20, 1, 200, 2, 5, 0, 0, 1})
+	f.Add([]byte{5, 0x31, 19, 1, 4, 0x20, 7, 90, 3, 0, 255, 0, 9, 1, 1, 130, 2, 7, 0})
+	f.Add([]byte{4, 0x13, 2, 0, 50, 1, 50, 1, 50, 2, 10, 0, 200, 3})
+	f.Add([]byte{6, 0x77, 4, 1, 1, 0x66, 12, 255, 1, 255, 1, 0, 255, 2, 128, 4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		limits := []floodgate.Limit{fuzzLimit(data[0], data[1], data[2])}
+		data = data[3:]
+		if data[0]%4 == 1 && len(data) >= 4 {
+			limits = append(limits, fuzzLimit(data[1], data[2], data[3]))
+			data = data[4:]
+		} else {
+			data = data[1:]
+		}
+		for _, l := range limits {
+			if l.Validate() != nil {
+				return
+			}
+		}
+		memClock, redisClock := storetest.NewClock(storetest.Base), storetest.NewClock(storetest.Base)
+		mem := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: memClock, SweepInterval: -1})
+		defer mem.Close()
+		red := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
+		ctx := context.Background()
+		now := storetest.Base
+		for i := 0; i+1 < len(data) && i < 80; i += 2 {
+			op, arg := data[i], data[i+1]
+			// Time moves by a scaled step; one op in eight goes backwards.
+			step := time.Duration(arg) * fuzzPeriods[int(op>>5)%len(fuzzPeriods)] / 64
+			if op%8 == 7 {
+				step = -step
+			}
+			now = now.Add(step)
+			memClock.Set(now)
+			redisClock.Set(now)
+			key := []string{"a", "b"}[op>>3&1]
+			n := int64(op>>4&3) + int64(arg%3)
+			if op&0x0f == 0x0e {
+				n = 1 << 50
+			}
+			if op%16 == 15 {
+				if err := mem.Reset(ctx, key, limits); err != nil {
+					t.Fatal(err)
+				}
+				if err := red.Reset(ctx, key, limits); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			want, err := mem.Take(ctx, key, limits, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := red.Take(ctx, key, limits, n)
+			if err != nil {
+				t.Fatalf("redis: %v", err)
+			}
+			if got != want {
+				t.Fatalf("op %d at %s key %s n=%d limits %v:\nredis  %+v\nmemory %+v", i/2, now.Sub(storetest.Base), key, n, limits, got, want)
+			}
+		}
+	})
+}
