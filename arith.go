@@ -52,12 +52,3 @@ func floorDiv(a, b int64) (q, r int64) {
 	}
 	return q, r
 }
-
-// ceilDiv returns ceil(a/b) for a >= 0 and b > 0.
-func ceilDiv(a, b int64) int64 {
-	q, r := a/b, a%b
-	if r > 0 {
-		q++
-	}
-	return q
-}

@@ -54,13 +54,20 @@ local function corrupt(key)
   return redis.error_reply('FLOODGATE corrupt state: key ' .. key .. ' does not hold floodgate data')
 end
 
--- get reads a string key; a key of another type is an error reply.
-local function get(key)
+local function wrongtype(key)
+  return redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
+end
+
+-- read3 reads a string key holding three integers "a:b:c" in the form
+-- pattern says. It returns found, a, b, c (false, 0, 0, 0 for a missing
+-- key), or nil and an error reply for a key of another type or content.
+local function read3(key, pattern)
   local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then
-    return nil, redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
-  end
-  return v, nil
+  if type(v) == 'table' and v.err then return nil, wrongtype(key) end
+  if not v then return false, 0, 0, 0 end
+  local x, y, z = string.match(v, pattern)
+  if not x then return nil, corrupt(key) end
+  return true, tonumber(x), tonumber(y), tonumber(z)
 end
 
 local function window(t, period, c0, c1, c2)
@@ -93,14 +100,8 @@ for i = 1, nk do
 
   if kind == 1 then
     local tauQ, tauR = muldiv(L, P, R)
-    local v, err = get(key)
-    if err then return err end
-    local tat, f, sr = 0, 0, 0
-    if v then
-      local x, y, z = string.match(v, '^(%d+):(%d+):(%d+)$')
-      if not x then return corrupt(key) end
-      tat, f, sr = tonumber(x), tonumber(y), tonumber(z)
-    end
+    local found, tat, f, sr = read3(key, '^(%d+):(%d+):(%d+)$')
+    if found == nil then return tat end
     if sr ~= R then
       if f > 0 then tat = tat + 1 end
       f = 0
@@ -136,19 +137,13 @@ for i = 1, nk do
     end
 
   elseif kind == 2 then
-    local v, err = get(key)
-    if err then return err end
     -- The state is "start:end:count". A window that starts after now (the
     -- clock went back) stays the current one, as in Go; its end is stored
     -- because a calendar window's end cannot be computed here.
-    local s, se, count = 0, 0, 0
-    if v then
-      local x, y, z = string.match(v, '^(%-?%d+):(%-?%d+):(%d+)$')
-      if not x then return corrupt(key) end
-      s, se, count = tonumber(x), tonumber(y), tonumber(z)
-    end
+    local found, s, se, count = read3(key, '^(%-?%d+):(%-?%d+):(%d+)$')
+    if found == nil then return s end
     local start, stop
-    if v and s >= now then
+    if found and s >= now then
       start, stop = s, se
     else
       start, stop = window(now, P, c0, c1, c2)
@@ -167,14 +162,8 @@ for i = 1, nk do
     if count > 0 then reset = stop - now end
 
   elseif kind == 3 then
-    local v, err = get(key)
-    if err then return err end
-    local s, sp, sc = 0, 0, 0
-    if v then
-      local x, y, z = string.match(v, '^(%-?%d+):(%d+):(%d+)$')
-      if not x then return corrupt(key) end
-      s, sp, sc = tonumber(x), tonumber(y), tonumber(z)
-    end
+    local found, s, sp, sc = read3(key, '^(%-?%d+):(%d+):(%d+)$')
+    if found == nil then return s end
     local t = math.max(now, s)
     local e = t % P
     local cur = t - e
@@ -207,9 +196,7 @@ for i = 1, nk do
   elseif kind == 4 then
     -- A sorted set with one member per admitted unit, scored by its time.
     local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if newest.err then
-      return redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
-    end
+    if newest.err then return wrongtype(key) end
     local t = now
     if newest[2] then
       local last = tonumber(newest[2])
