@@ -349,3 +349,41 @@ func (l Limit) String() string {
 	}
 	return s
 }
+
+// Share returns the 1/n share of l that one of n processes may admit on
+// its own: the quota (burst, capacity or window limit) divided by n,
+// rounded down but at least 1, and for the bucket algorithms the rate
+// divided by n too (by stretching the period n times, which is exact). A
+// fallback store gives its local limiter Share(instances) of each limit,
+// so that n processes cut off from Redis admit about the global limit
+// between them, not n times it. Share(1) returns l; n < 1 gives an invalid
+// Limit.
+func (l Limit) Share(n int64) Limit {
+	if l.err != nil || n == 1 {
+		return l
+	}
+	if n < 1 {
+		bad := Limit{alg: l.alg, name: l.name}
+		bad.err = fmt.Errorf("%w: share must be of 1 or more instances, got %d", ErrInvalidLimit, n)
+		return bad
+	}
+	q := max(1, l.quota/n)
+	var s Limit
+	switch {
+	case l.alg.bucket():
+		if l.period <= int64(MaxPeriod/time.Microsecond)/n {
+			s = newBucket(l.alg, l.rate, l.Period()*time.Duration(n), q, "quota")
+		}
+		if s.alg == 0 || s.err != nil {
+			// The stretched period is out of range: divide the rate instead.
+			s = newBucket(l.alg, max(1, l.rate/n), l.Period(), q, "quota")
+		}
+	case l.cal != 0:
+		s = CalendarWindow(q, l.cal, l.loc)
+	default:
+		s = l
+		s.quota = q
+	}
+	s.name = l.name
+	return s
+}

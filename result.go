@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -37,6 +38,40 @@ type Result struct {
 	// Index is the position, in the limits the key was checked against,
 	// of the limit that the figures above describe.
 	Index int
+	// Source says who decided: the store itself (the zero value), or,
+	// when a fallback store (package fallback) could not reach its
+	// primary store, the local limiter or the fail-open or fail-closed
+	// policy.
+	Source Source
+}
+
+// Source says which part of a store stack decided a Result.
+type Source uint8
+
+// The sources.
+const (
+	// SourceStore is the store that was called: the memory store, or
+	// Redis. It is the zero value.
+	SourceStore Source = iota
+	// SourceLocal is a fallback's local in-memory limiter, which answered
+	// because the primary store failed or its breaker was open.
+	SourceLocal
+	// SourceFailOpen is a fallback's fail-open policy: the primary store
+	// failed and the request was allowed without a decision.
+	SourceFailOpen
+	// SourceFailClosed is a fallback's fail-closed policy: the primary
+	// store failed and the request was denied without a decision.
+	SourceFailClosed
+)
+
+var sourceNames = [...]string{"store", "local", "fail-open", "fail-closed"}
+
+// String returns "store", "local", "fail-open" or "fail-closed".
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return "Source(" + strconv.Itoa(int(s)) + ")"
 }
 
 // verdict is one algorithm's decision on one limit, in microseconds.

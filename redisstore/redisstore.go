@@ -72,6 +72,11 @@ const injectedClockTTL = 10 * time.Minute
 
 // New returns a Store on client, which may be a standalone, Sentinel
 // (failover) or Cluster client. Closing the Store does not close client.
+//
+// Build the client with ContextTimeoutEnabled: true, so that a context's
+// deadline bounds the wait for a reply; without it go-redis waits up to
+// its ReadTimeout (3s by default) for a server that hangs, whatever the
+// context says.
 func New(client redis.UniversalClient, opts *Options) *Store {
 	var o Options
 	if opts != nil {
@@ -96,6 +101,9 @@ func NewFromURL(url string, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
+	// Deadlines bound socket reads too, so that a hung server costs a
+	// caller no more than its context allows (see package fallback).
+	o.ContextTimeoutEnabled = true
 	s := New(redis.NewClient(o), opts)
 	s.owned = true
 	return s, nil

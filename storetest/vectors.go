@@ -33,8 +33,8 @@ import (
 var notApplicable = map[string]string{
 	"x/time/rate/TestEvery":                    "float rate conversion: floodgate takes integer counts per period",
 	"throttled/TestHTTPRateLimiter":            "HTTP header formatting: checked by the HTTP middleware's tests",
-	"go-zero/TestPeriodLimit_RedisUnavailable": "a failing Redis: checked by the Redis store's fault tests",
-	"go-zero/TestTokenLimit_Rescue":            "a stopped Redis: checked by the Redis store's fault tests",
+	"go-zero/TestPeriodLimit_RedisUnavailable": "a failing Redis: checked by package fallback's fault tests",
+	"go-zero/TestTokenLimit_Rescue":            "a stopped Redis: checked by package fallback's fault tests",
 }
 
 // vectorDeviations documents where floodgate's result differs from a

@@ -28,6 +28,7 @@ type Server struct {
 	Addr string // host:port on 127.0.0.1
 	cmd  *exec.Cmd
 	dir  string
+	args []string
 }
 
 func need(t testing.TB, bin string) string {
@@ -80,7 +81,7 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, args: args}
 	t.Cleanup(s.Stop)
 	if err := waitPing(s.Addr, 5*time.Second); err != nil {
 		s.Stop()
@@ -110,6 +111,30 @@ func (s *Server) Stop() {
 	}
 	s.cmd.Process.Kill()
 	s.cmd.Wait()
+}
+
+// Kill kills the server with SIGKILL, as a crash would, and waits for it.
+func (s *Server) Kill() { s.Stop() }
+
+// Restart starts the server again, empty, on the same address with the
+// same arguments, after Kill or Stop, and waits until it answers PING.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		cmd := exec.Command(s.cmd.Path, s.args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err = cmd.Start(); err != nil {
+			break
+		}
+		s.cmd = cmd
+		if err = waitPing(s.Addr, 2*time.Second); err == nil {
+			return
+		}
+		s.Stop() // the port may still be held: try again
+	}
+	t.Fatalf("restarting redis-server on %s: %v", s.Addr, err)
 }
 
 // Signal sends sig to the server (SIGSTOP to make it hang, SIGCONT to

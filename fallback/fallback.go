@@ -1,0 +1,409 @@
+// Package fallback keeps rate limiting working when a shared store (Redis)
+// fails. A fallback Store wraps a primary store; while the primary answers
+// within a time budget, every decision is the primary's. When a call fails
+// or is too slow, that decision is answered by the failure policy: a local
+// in-memory limiter with a share of each limit (the default), allow
+// everything (fail open) or deny everything (fail closed). After a few
+// failures in a row a breaker opens: decisions stop going to the primary,
+// and one background loop per Store probes it until it answers, then
+// switches back.
+//
+// Every Result says who decided it in its Source field; switches are
+// logged, counted and reported to an optional hook.
+//
+//	rs, _ := redisstore.NewFromURL("redis://127.0.0.1:6379/0", nil)
+//	store := fallback.New(rs, &fallback.Options{Instances: 4})
+//	defer store.Close()
+//	limiter, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.PerMinute(100)})
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// Policy is what a Store answers while its primary store is failing.
+type Policy uint8
+
+// The policies; the README compares them.
+const (
+	// Local answers from a local in-memory limiter that applies each
+	// limit's Share(Instances). Limiting goes on, per process, at about
+	// the global rate when Instances is right. It is the default.
+	Local Policy = iota
+	// FailOpen allows every request. Nothing is limited during an outage:
+	// pick it when a false denial costs more than abuse.
+	FailOpen
+	// FailClosed denies every request, with RetryAfter set to the probe
+	// interval. Nothing gets through during an outage: pick it when the
+	// limit protects something that must never be exceeded.
+	FailClosed
+)
+
+// String returns "local", "fail-open" or "fail-closed".
+func (p Policy) String() string {
+	switch p {
+	case Local:
+		return "local"
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	}
+	return "Policy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePolicy returns the Policy whose String is s.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range []Policy{Local, FailOpen, FailClosed} {
+		if p.String() == s {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("fallback: unknown policy %q (want local, fail-open or fail-closed)", s)
+}
+
+// State is the state of a Store's breaker.
+type State uint8
+
+// The states.
+const (
+	// Primary: decisions go to the primary store.
+	Primary State = iota
+	// Degraded: the breaker is open; decisions follow the policy without
+	// calling the primary, and a background loop probes it.
+	Degraded
+)
+
+// String returns "primary" or "degraded".
+func (s State) String() string {
+	if s == Degraded {
+		return "degraded"
+	}
+	return "primary"
+}
+
+// Options configures a Store. The zero value (or nil) gives the defaults.
+type Options struct {
+	// Policy is what to answer while the primary fails. Default: Local.
+	Policy Policy
+	// Instances is how many processes share the limits. The local limiter
+	// applies Limit.Share(Instances) of each limit, so that Instances
+	// processes cut off from the primary together admit about the global
+	// limit rather than Instances times it. Default: 1.
+	Instances int64
+	// Budget is the longest a decision waits for the primary; a slower
+	// call counts as a failure and that decision follows the policy, so a
+	// hung primary costs a caller at most Budget. The primary must honour
+	// context deadlines: build go-redis clients with ContextTimeoutEnabled
+	// (redisstore.NewFromURL does). Default: 50ms; negative: no budget.
+	Budget time.Duration
+	// Threshold is how many failed calls in a row open the breaker.
+	// Default: 3.
+	Threshold int
+	// ProbeInterval is how often the open breaker probes the primary, and
+	// the RetryAfter of a FailClosed denial. Default: 100ms.
+	ProbeInterval time.Duration
+	// ProbeKey is the key that probes write to, with a limit so high that
+	// they are never denied. Default: "floodgate-probe".
+	ProbeKey string
+	// Local is the store the Local policy answers from. Default: a new
+	// in-memory store (on Clock), which Close closes.
+	Local floodgate.Store
+	// Clock times the probe loop, and is given to the default local store.
+	// Default: floodgate.SystemClock().
+	Clock floodgate.Clock
+	// Logger receives one line per switch: a warning when the breaker
+	// opens, an info line when the primary is back. Default: slog.Default().
+	Logger *slog.Logger
+	// OnSwitch, when set, is called on every switch with the new state,
+	// from the goroutine that switched. It must not block.
+	OnSwitch func(State)
+}
+
+// Stats are a Store's counters since New.
+type Stats struct {
+	Failures  uint64 // primary calls that failed or exceeded the budget
+	Fallbacks uint64 // decisions answered by the policy rather than the primary
+	Switches  uint64 // breaker state changes, both ways
+	Probes    uint64 // probe calls made while degraded
+}
+
+// Store is a floodgate.Store that calls a primary store and follows a
+// failure policy when it fails. It is safe for concurrent use.
+type Store struct {
+	primary   floodgate.Store
+	local     floodgate.Store
+	ownLocal  bool
+	policy    Policy
+	instances int64
+	budget    time.Duration
+	threshold int64
+	interval  time.Duration
+	probeKey  string
+	clock     floodgate.Clock
+	log       *slog.Logger
+	onSwitch  func(State)
+
+	degraded atomic.Bool
+	fails    atomic.Int64 // consecutive failures while Primary
+	stats    struct{ failures, fallbacks, switches, probes atomic.Uint64 }
+
+	mu       sync.Mutex // guards closed, since and the start of probe loops
+	closed   bool
+	since    time.Time // when the breaker last opened
+	stop     context.CancelFunc
+	stopCtx  context.Context
+	wg       sync.WaitGroup
+	isClosed atomic.Bool
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+// probeLimit never denies a probe: it exists so that a probe runs the same
+// script, and writes, as a decision does.
+var probeLimit = []floodgate.Limit{floodgate.TokenBucket(floodgate.MaxQuota, time.Second, floodgate.MaxQuota)}
+
+// New returns a Store over primary. Closing the Store stops its probe loop
+// and closes the local store if New made it; it does not close primary.
+func New(primary floodgate.Store, opts *Options) *Store {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Instances < 1 {
+		o.Instances = 1
+	}
+	if o.Budget == 0 {
+		o.Budget = 50 * time.Millisecond
+	}
+	if o.Threshold < 1 {
+		o.Threshold = 3
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 100 * time.Millisecond
+	}
+	if o.ProbeKey == "" {
+		o.ProbeKey = "floodgate-probe"
+	}
+	if o.Clock == nil {
+		o.Clock = floodgate.SystemClock()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Store{
+		primary: primary, local: o.Local, policy: o.Policy, instances: o.Instances,
+		budget: o.Budget, threshold: int64(o.Threshold), interval: o.ProbeInterval,
+		probeKey: o.ProbeKey, clock: o.Clock, log: o.Logger, onSwitch: o.OnSwitch,
+	}
+	if s.local == nil && s.policy == Local {
+		s.local = floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: o.Clock})
+		s.ownLocal = true
+	}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	return s
+}
+
+// State reports whether decisions currently go to the primary.
+func (s *Store) State() State {
+	if s.degraded.Load() {
+		return Degraded
+	}
+	return Primary
+}
+
+// Stats returns the Store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Failures:  s.stats.failures.Load(),
+		Fallbacks: s.stats.fallbacks.Load(),
+		Switches:  s.stats.switches.Load(),
+		Probes:    s.stats.probes.Load(),
+	}
+}
+
+// Take implements floodgate.Store. It returns the primary's Result when the
+// primary answers within the budget, and otherwise the policy's, with
+// Source telling which. Its errors are the input errors of
+// floodgate.CheckTake, floodgate.ErrClosed, the caller's own context
+// error when ctx ends first (never counted as a failure of the primary),
+// and the local store's errors.
+func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
+	if err := floodgate.CheckTake(key, limits, n); err != nil {
+		return floodgate.Result{}, err
+	}
+	if s.isClosed.Load() {
+		return floodgate.Result{}, floodgate.ErrClosed
+	}
+	if !s.degraded.Load() {
+		r, err := s.callPrimary(ctx, func(ctx context.Context) (floodgate.Result, error) {
+			return s.primary.Take(ctx, key, limits, n)
+		})
+		if err == nil {
+			return r, nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return floodgate.Result{}, ctxErr
+		}
+		if isInputError(err) {
+			return floodgate.Result{}, err
+		}
+		s.failed(err)
+	}
+	return s.answer(ctx, key, limits, n)
+}
+
+// callPrimary calls f with the budget, and counts a success.
+func (s *Store) callPrimary(ctx context.Context, f func(context.Context) (floodgate.Result, error)) (floodgate.Result, error) {
+	cctx, cancel := ctx, context.CancelFunc(nil)
+	if s.budget > 0 {
+		cctx, cancel = context.WithTimeout(ctx, s.budget)
+	}
+	r, err := f(cctx)
+	if cancel != nil {
+		cancel()
+	}
+	if err == nil && s.fails.Load() != 0 {
+		s.fails.Store(0)
+	}
+	return r, err
+}
+
+// isInputError reports errors that say the request, not the store, was
+// wrong; they are returned as they are.
+func isInputError(err error) bool {
+	return errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost) ||
+		errors.Is(err, floodgate.ErrInvalidLimit) || errors.Is(err, floodgate.ErrNoLimits)
+}
+
+// answer decides by the policy.
+func (s *Store) answer(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
+	s.stats.fallbacks.Add(1)
+	q := limits[0].Quota()
+	switch s.policy {
+	case FailOpen:
+		return floodgate.Result{Allowed: true, Limit: q, Remaining: q, Source: floodgate.SourceFailOpen}, nil
+	case FailClosed:
+		return floodgate.Result{Limit: q, RetryAfter: s.interval, ResetAfter: s.interval, Source: floodgate.SourceFailClosed}, nil
+	}
+	var buf [floodgate.MaxLimits]floodgate.Limit
+	shares := buf[:len(limits)]
+	for i, l := range limits {
+		shares[i] = l.Share(s.instances)
+	}
+	r, err := s.local.Take(ctx, key, shares, n)
+	r.Source = floodgate.SourceLocal
+	return r, err
+}
+
+// failed counts a failure of the primary and opens the breaker at the
+// threshold.
+func (s *Store) failed(err error) {
+	s.stats.failures.Add(1)
+	if s.fails.Add(1) < s.threshold || !s.degraded.CompareAndSwap(false, true) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.since = s.clock.Now()
+	s.stats.switches.Add(1)
+	s.log.Warn("floodgate: primary store failing; answering by policy until it recovers",
+		"policy", s.policy.String(), "failures", s.threshold, "error", err.Error())
+	if s.onSwitch != nil {
+		s.onSwitch(Degraded)
+	}
+	s.wg.Add(1)
+	go s.probe()
+}
+
+// probe is the breaker's one probe loop: it runs while the breaker is
+// open, calls the primary every interval, and closes the breaker when the
+// primary answers within the budget. Close stops it.
+func (s *Store) probe() {
+	defer s.wg.Done()
+	for {
+		if s.clock.Sleep(s.stopCtx, s.interval) != nil {
+			return
+		}
+		s.stats.probes.Add(1)
+		_, err := s.callPrimary(s.stopCtx, func(ctx context.Context) (floodgate.Result, error) {
+			return s.primary.Take(ctx, s.probeKey, probeLimit, 1)
+		})
+		if s.stopCtx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.stats.failures.Add(1)
+			continue
+		}
+		s.mu.Lock()
+		down := s.clock.Now().Sub(s.since)
+		s.fails.Store(0)
+		s.degraded.Store(false)
+		s.stats.switches.Add(1)
+		s.log.Info("floodgate: primary store recovered; decisions go to it again",
+			"policy", s.policy.String(), "degraded_for", down.String())
+		if s.onSwitch != nil {
+			s.onSwitch(Primary)
+		}
+		s.mu.Unlock()
+		return
+	}
+}
+
+// Reset implements floodgate.Store: it resets key in the local store and
+// in the primary, and returns the primary's error, if any.
+func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit) error {
+	if err := floodgate.CheckKey(key, limits); err != nil {
+		return err
+	}
+	if s.isClosed.Load() {
+		return floodgate.ErrClosed
+	}
+	if s.local != nil {
+		var buf [floodgate.MaxLimits]floodgate.Limit
+		shares := buf[:len(limits)]
+		for i, l := range limits {
+			shares[i] = l.Share(s.instances)
+		}
+		if err := s.local.Reset(ctx, key, shares); err != nil {
+			return err
+		}
+	}
+	_, err := s.callPrimary(ctx, func(ctx context.Context) (floodgate.Result, error) {
+		return floodgate.Result{}, s.primary.Reset(ctx, key, limits)
+	})
+	return err
+}
+
+// Close stops the probe loop, waits for it, and closes the local store if
+// New made it. It does not close the primary. It is safe to call more than
+// once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.isClosed.Store(true)
+	s.stop()
+	s.mu.Unlock()
+	s.wg.Wait()
+	if s.ownLocal {
+		return s.local.Close()
+	}
+	return nil
+}
