@@ -3,7 +3,10 @@ package storetest
 import (
 	"context"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate"
 )
 
 // Clock is a floodgate.Clock that only moves when told to. Sleep advances
@@ -46,4 +49,20 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 	c.Advance(d)
 	return nil
+}
+
+// NewLimiter returns a Limiter for limits on a new memory store, both on a
+// Clock set to Base, for tests of code that uses a Limiter (middleware,
+// clients). Wait advances the clock instead of sleeping. The store is
+// closed when t ends.
+func NewLimiter(t testing.TB, limits ...floodgate.Limit) (*floodgate.Limiter, *Clock) {
+	t.Helper()
+	clock := NewClock(Base)
+	store := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	lim, err := floodgate.NewLimiter(store, limits, floodgate.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim, clock
 }

@@ -32,7 +32,7 @@ import (
 // with the reason and where they are checked instead, if anywhere.
 var notApplicable = map[string]string{
 	"x/time/rate/TestEvery":                    "float rate conversion: floodgate takes integer counts per period",
-	"throttled/TestHTTPRateLimiter":            "HTTP header formatting: checked by the HTTP middleware's tests",
+	"throttled/TestHTTPRateLimiter":            "HTTP header formatting: checked by package httplimit's tests",
 	"go-zero/TestPeriodLimit_RedisUnavailable": "a failing Redis: checked by package fallback's fault tests",
 	"go-zero/TestTokenLimit_Rescue":            "a stopped Redis: checked by package fallback's fault tests",
 }
@@ -54,6 +54,7 @@ type vector struct {
 	Algorithm string         `json:"algorithm"`
 	Params    map[string]any `json:"params"`
 	Steps     []vectorStep   `json:"steps"`
+	raw       json.RawMessage
 }
 
 type vectorStep struct {
@@ -94,14 +95,24 @@ func loadVectors() ([]vector, string, error) {
 	if err != nil {
 		return nil, path, err
 	}
-	var vs []vector
-	if err := json.Unmarshal(b, &vs); err != nil {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, path, fmt.Errorf("%s: %w", path, err)
+	}
+	vs := make([]vector, len(raw))
+	for i, r := range raw {
+		if err := json.Unmarshal(r, &vs[i]); err != nil {
+			return nil, path, fmt.Errorf("%s: vector %d: %w", path, i, err)
+		}
+		vs[i].raw = r
 	}
 	return vs, path, nil
 }
 
-func runVectors(t *testing.T, newStore NewStore) {
+// mustLoadVectors loads the vectors, and skips t when there are none, or
+// fails it when $FLOODGATE_REQUIRE_VECTORS is 1.
+func mustLoadVectors(t testing.TB) ([]vector, string) {
+	t.Helper()
 	vs, path, err := loadVectors()
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +123,11 @@ func runVectors(t *testing.T, newStore NewStore) {
 		}
 		t.Skip("peer vectors not found (shared/vectors/peer-vectors.json); set FLOODGATE_VECTORS to run them")
 	}
+	return vs, path
+}
+
+func runVectors(t *testing.T, newStore NewStore) {
+	vs, path := mustLoadVectors(t)
 	t.Logf("%d peer vectors from %s\n%s", len(vs), path, vectorDeviations)
 	for _, v := range vs {
 		t.Run(v.ID+" ("+v.Source+")", func(t *testing.T) {
@@ -481,4 +497,21 @@ func slidingCounterVector(v vector) func(*testing.T, *vectorEnv) {
 			}
 		}
 	}
+}
+
+// Vector returns the raw JSON of the peer vector with the given id, for
+// tests outside a store (HTTP headers, fault tests) that check the vectors
+// listed in notApplicable. It skips t when the vectors are missing, or
+// fails it when $FLOODGATE_REQUIRE_VECTORS is 1, and fails it when the id
+// is unknown.
+func Vector(t testing.TB, id string) json.RawMessage {
+	t.Helper()
+	vs, path := mustLoadVectors(t)
+	for _, v := range vs {
+		if v.ID == id {
+			return v.raw
+		}
+	}
+	t.Fatalf("no peer vector %q in %s", id, path)
+	return nil
 }

@@ -1,0 +1,256 @@
+// Package grpclimit rate limits gRPC calls with a floodgate.Limiter.
+//
+// The server interceptors (unary and stream) deny a call over the limit
+// with codes.ResourceExhausted, a RetryInfo detail saying when to retry
+// and a QuotaFailure detail naming the violated policy, and they send the
+// same information as response header metadata on every call:
+// ratelimit-policy and ratelimit (the values of the HTTP header fields of
+// package httplimit) and, on a denial, retry-after in whole seconds.
+//
+// The client interceptors wait for capacity before sending, so that a
+// client keeps itself under a limit instead of being denied.
+//
+//	lim, _ := floodgate.New(floodgate.PerSecond(100))
+//	srv := grpc.NewServer(
+//		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, nil)),
+//		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(lim, nil)),
+//	)
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/httplimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// The metadata keys of the server's response headers.
+const (
+	MDPolicy     = "ratelimit-policy"
+	MDRateLimit  = "ratelimit"
+	MDRetryAfter = "retry-after"
+)
+
+// KeyFunc returns the rate limit key of a call to fullMethod
+// ("/package.Service/Method"). An error fails the call with
+// codes.InvalidArgument.
+type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
+
+// PeerIP returns a KeyFunc that keys calls by the IP address of the
+// connection's peer, as httplimit.IPKey spells it (IPv6 by its /64).
+func PeerIP() KeyFunc {
+	return func(ctx context.Context, _ string) (string, error) {
+		p, ok := peer.FromContext(ctx)
+		if !ok || p.Addr == nil {
+			return "", errors.New("grpclimit: the call has no peer address")
+		}
+		host, _, err := net.SplitHostPort(p.Addr.String())
+		if err != nil {
+			host = p.Addr.String()
+		}
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return "", fmt.Errorf("grpclimit: peer address %q: %w", p.Addr, err)
+		}
+		return httplimit.IPKey(a), nil
+	}
+}
+
+// Metadata returns a KeyFunc that keys calls by the first value of the
+// request metadata key name (an API key, a tenant), as "<name>:<value>".
+// A call without it is keyed by otherwise, or fails with
+// codes.InvalidArgument when otherwise is nil.
+func Metadata(name string, otherwise KeyFunc) KeyFunc {
+	return func(ctx context.Context, method string) (string, error) {
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get(name); len(v) > 0 && v[0] != "" {
+				return name + ":" + v[0], nil
+			}
+		}
+		if otherwise != nil {
+			return otherwise(ctx, method)
+		}
+		return "", fmt.Errorf("grpclimit: metadata %q is missing", name)
+	}
+}
+
+// Options configures the server interceptors. The zero value (or nil)
+// gives the defaults.
+type Options struct {
+	// Key returns a call's key. Default: PeerIP().
+	Key KeyFunc
+	// Cost returns a call's cost. Default: 1.
+	Cost func(ctx context.Context, fullMethod string) int64
+	// Skip, when it returns true, lets a call through unlimited (health
+	// checks, reflection).
+	Skip func(ctx context.Context, fullMethod string) bool
+	// FailClosed fails calls with codes.Unavailable when the limiter's
+	// store fails. Default: false, the call is served unlimited. Either way
+	// the error is logged.
+	FailClosed bool
+	// Logger receives store failures. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+type server struct {
+	lim    *floodgate.Limiter
+	limits []floodgate.Limit
+	policy string
+	o      Options
+}
+
+func newServer(lim *floodgate.Limiter, opts *Options) *server {
+	s := &server{lim: lim, limits: lim.Limits()}
+	if opts != nil {
+		s.o = *opts
+	}
+	if s.o.Key == nil {
+		s.o.Key = PeerIP()
+	}
+	if s.o.Logger == nil {
+		s.o.Logger = slog.Default()
+	}
+	s.policy = httplimit.PolicyHeader(s.limits)
+	return s
+}
+
+// decide returns the header metadata to send and nil when the call may
+// proceed, or the status error to fail it with.
+func (s *server) decide(ctx context.Context, method string) (metadata.MD, error) {
+	if s.o.Skip != nil && s.o.Skip(ctx, method) {
+		return nil, nil
+	}
+	key, err := s.o.Key(ctx, method)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	cost := int64(1)
+	if s.o.Cost != nil {
+		cost = s.o.Cost(ctx, method)
+	}
+	res, err := s.lim.AllowN(ctx, key, cost)
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return nil, status.FromContextError(err).Err()
+	case errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case s.o.FailClosed:
+		s.o.Logger.Error("grpclimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "method", method)
+		return nil, status.Error(codes.Unavailable, "rate limiter unavailable")
+	default:
+		s.o.Logger.Error("grpclimit: rate limit store failed; serving unlimited (fail open)", "error", err.Error(), "method", method)
+		return nil, nil
+	}
+	md := metadata.Pairs(MDPolicy, s.policy, MDRateLimit, httplimit.RateLimitHeader(s.limits, res))
+	if res.Allowed {
+		return md, nil
+	}
+	policy := httplimit.PolicyName(s.limits, res.Index)
+	var st *status.Status
+	if res.RetryAfter == floodgate.Never {
+		st = status.New(codes.ResourceExhausted, fmt.Sprintf("cost %d is more than rate limit policy %q admits at once (%d); it can never be allowed", cost, policy, res.Limit))
+	} else {
+		md.Set(MDRetryAfter, strconv.FormatInt(httplimit.Seconds(res.RetryAfter), 10))
+		st = status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit policy %q exceeded; retry in %s", policy, res.RetryAfter))
+		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)})
+	}
+	st, _ = st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: key, Description: policy}}})
+	return md, st.Err()
+}
+
+// UnaryServerInterceptor returns a unary server interceptor that limits
+// calls with lim.
+func UnaryServerInterceptor(lim *floodgate.Limiter, opts *Options) grpc.UnaryServerInterceptor {
+	s := newServer(lim, opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		md, err := s.decide(ctx, info.FullMethod)
+		if md != nil {
+			grpc.SetHeader(ctx, md)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor returns a stream server interceptor that limits
+// the opening of streams with lim: one decision per stream.
+func StreamServerInterceptor(lim *floodgate.Limiter, opts *Options) grpc.StreamServerInterceptor {
+	s := newServer(lim, opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, err := s.decide(ss.Context(), info.FullMethod)
+		if md != nil {
+			ss.SetHeader(md)
+		}
+		if err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ClientKeyFunc returns the key under which a client call is limited.
+type ClientKeyFunc func(ctx context.Context, fullMethod string) string
+
+// ByMethod keys client calls by their method, so that each method has
+// its own limit.
+func ByMethod(_ context.Context, fullMethod string) string { return fullMethod }
+
+// UnaryClientInterceptor returns a client interceptor that waits, with
+// lim.Wait, until a call fits lim before sending it. A call whose context
+// ends first fails with the context's status (codes.DeadlineExceeded when
+// the deadline would pass before capacity), without being sent. A nil key
+// limits all calls under one key.
+func UnaryClientInterceptor(lim *floodgate.Limiter, key ClientKeyFunc) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if err := wait(ctx, lim, key, method); err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// StreamClientInterceptor is UnaryClientInterceptor for the opening of
+// streams.
+func StreamClientInterceptor(lim *floodgate.Limiter, key ClientKeyFunc) grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if err := wait(ctx, lim, key, method); err != nil {
+			return nil, err
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
+
+func wait(ctx context.Context, lim *floodgate.Limiter, key ClientKeyFunc, method string) error {
+	k := "grpc-client"
+	if key != nil {
+		k = key(ctx, method)
+	}
+	err := lim.Wait(ctx, k, 1)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, floodgate.ErrDeadline):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return status.FromContextError(err).Err()
+	case errors.Is(err, floodgate.ErrCostTooHigh):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}

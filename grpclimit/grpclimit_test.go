@@ -1,0 +1,220 @@
+package grpclimit_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/grpclimit"
+	"github.com/floodgate/floodgate/storetest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// serve starts a real gRPC server on 127.0.0.1 with the health service and
+// the given server options, and returns a client for it.
+func serve(t *testing.T, sopts []grpc.ServerOption, copts ...grpc.DialOption) healthpb.HealthClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(sopts...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), append(copts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func TestUnary(t *testing.T) {
+	lim, clock := storetest.NewLimiter(t, floodgate.PerMinute(2).Named("per-minute"))
+	client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, nil))})
+	ctx := context.Background()
+	steps := []struct {
+		advance   time.Duration
+		code      codes.Code
+		rateLimit string
+		retry     string
+	}{
+		{0, codes.OK, `"per-minute";r=1;t=30`, ""},
+		{0, codes.OK, `"per-minute";r=0;t=60`, ""},
+		{0, codes.ResourceExhausted, `"per-minute";r=0;t=30`, "30"},
+		{30 * time.Second, codes.OK, `"per-minute";r=0;t=60`, ""},
+	}
+	for i, st := range steps {
+		clock.Advance(st.advance)
+		var hdr metadata.MD
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+		if got := status.Code(err); got != st.code {
+			t.Fatalf("step %d: code %v (%v), want %v", i, got, err, st.code)
+		}
+		if got := first(hdr, grpclimit.MDRateLimit); got != st.rateLimit {
+			t.Errorf("step %d: ratelimit = %q, want %q", i, got, st.rateLimit)
+		}
+		if got := first(hdr, grpclimit.MDPolicy); got != `"per-minute";q=2;w=60` {
+			t.Errorf("step %d: ratelimit-policy = %q", i, got)
+		}
+		if got := first(hdr, grpclimit.MDRetryAfter); got != st.retry {
+			t.Errorf("step %d: retry-after = %q, want %q", i, got, st.retry)
+		}
+		if err == nil {
+			continue
+		}
+		var retry *errdetails.RetryInfo
+		var quota *errdetails.QuotaFailure
+		for _, d := range status.Convert(err).Details() {
+			switch d := d.(type) {
+			case *errdetails.RetryInfo:
+				retry = d
+			case *errdetails.QuotaFailure:
+				quota = d
+			}
+		}
+		if retry == nil || retry.RetryDelay.AsDuration() != 30*time.Second {
+			t.Errorf("step %d: RetryInfo = %v", i, retry)
+		}
+		if quota == nil || quota.Violations[0].Description != "per-minute" || quota.Violations[0].Subject != "ip:127.0.0.1" {
+			t.Errorf("step %d: QuotaFailure = %v", i, quota)
+		}
+	}
+}
+
+func first(md metadata.MD, k string) string {
+	if v := md.Get(k); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func TestStream(t *testing.T) {
+	lim, _ := storetest.NewLimiter(t, floodgate.PerMinute(1))
+	client := serve(t, []grpc.ServerOption{grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(lim, nil))})
+	for i, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		if got := status.Code(err); got != want {
+			t.Errorf("stream %d: code %v (%v), want %v", i, got, err, want)
+		}
+		hdr, _ := stream.Header()
+		if first(hdr, grpclimit.MDRateLimit) == "" {
+			t.Errorf("stream %d: no ratelimit metadata", i)
+		}
+		cancel()
+	}
+}
+
+func TestKeysAndOptions(t *testing.T) {
+	lim, _ := storetest.NewLimiter(t, floodgate.PerMinute(1))
+	opts := &grpclimit.Options{
+		Key:  grpclimit.Metadata("x-api-key", nil),
+		Skip: func(ctx context.Context, method string) bool { return metadataValue(ctx, "skip") == "1" },
+	}
+	client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, opts))})
+	call := func(kv ...string) codes.Code {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), kv...)
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		return status.Code(err)
+	}
+	tests := []struct {
+		md   []string
+		want codes.Code
+	}{
+		{nil, codes.InvalidArgument}, // no key
+		{[]string{"x-api-key", "a"}, codes.OK},
+		{[]string{"x-api-key", "a"}, codes.ResourceExhausted},
+		{[]string{"x-api-key", "b"}, codes.OK}, // another key
+		{[]string{"x-api-key", "a", "skip", "1"}, codes.OK},
+	}
+	for i, tt := range tests {
+		if got := call(tt.md...); got != tt.want {
+			t.Errorf("call %d %v: %v, want %v", i, tt.md, got, tt.want)
+		}
+	}
+}
+
+func metadataValue(ctx context.Context, k string) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(k); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+type failingStore struct{}
+
+func (failingStore) Take(context.Context, string, []floodgate.Limit, int64) (floodgate.Result, error) {
+	return floodgate.Result{}, floodgate.ErrStore
+}
+func (failingStore) Reset(context.Context, string, []floodgate.Limit) error {
+	return floodgate.ErrStore
+}
+func (failingStore) Close() error { return nil }
+
+func TestStoreFailure(t *testing.T) {
+	for _, tt := range []struct {
+		failClosed bool
+		want       codes.Code
+	}{{false, codes.OK}, {true, codes.Unavailable}} {
+		lim, _ := floodgate.NewLimiter(failingStore{}, []floodgate.Limit{floodgate.PerSecond(1)})
+		client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, &grpclimit.Options{FailClosed: tt.failClosed, Logger: slog.New(slog.DiscardHandler)}))})
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		if got := status.Code(err); got != tt.want {
+			t.Errorf("FailClosed %v: %v, want %v", tt.failClosed, got, tt.want)
+		}
+	}
+}
+
+// The client interceptor waits for capacity: with 1 call per second and a
+// fixed clock that Wait advances, three calls take two seconds of clock.
+func TestClientInterceptor(t *testing.T) {
+	lim, clock := storetest.NewLimiter(t, floodgate.PerSecond(1))
+	client := serve(t, nil,
+		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(lim, grpclimit.ByMethod)),
+		grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor(lim, nil)))
+	for range 3 {
+		if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if waited := clock.Now().Sub(storetest.Base); waited != 2*time.Second {
+		t.Errorf("waited %s, want 2s", waited)
+	}
+	// A deadline that comes before capacity fails at once, unsent.
+	// Context deadlines are real time, so the clock is set to it.
+	clock.Set(time.Now())
+	if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), floodgate.ErrDeadline.Error()) {
+		t.Errorf("deadline before capacity: %v", err)
+	}
+	stream, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+}

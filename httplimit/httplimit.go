@@ -1,0 +1,189 @@
+// Package httplimit is net/http middleware that rate limits requests with
+// a floodgate.Limiter and reports the limits in the standard header
+// fields of draft-ietf-httpapi-ratelimit-headers-10:
+//
+//	RateLimit-Policy: "burst";q=100;w=60
+//	RateLimit: "burst";r=99;t=1
+//
+// A denied request gets 429 Too Many Requests, a Retry-After in whole
+// seconds (rounded up) and an application/problem+json body (RFC 9457)
+// that names the violated policy. The limiter's store may fail; the
+// middleware then follows its failure policy (serve the request, or 503),
+// and never panics.
+//
+//	lim, _ := floodgate.New(floodgate.PerMinute(100).Named("api"))
+//	mw := httplimit.New(lim, &httplimit.Options{Key: httplimit.ClientIP(proxies...)})
+//	http.ListenAndServe(":8080", mw.Handler(mux))
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/floodgate/floodgate"
+)
+
+// Options configures a Middleware. The zero value (or nil) gives the
+// defaults.
+type Options struct {
+	// Key returns a request's key. Default: ClientIP() with no trusted
+	// proxies, the connection's peer address.
+	Key KeyFunc
+	// Cost returns a request's cost, 1 by default. A negative cost is
+	// answered with 400.
+	Cost func(r *http.Request) int64
+	// Skip, when it returns true, lets a request through unlimited and
+	// without headers (health checks, internal callers).
+	Skip func(r *http.Request) bool
+	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (seconds until the limit is full again) for the
+	// clients that still read them.
+	LegacyHeaders bool
+	// FailClosed answers 503 Service Unavailable, with Retry-After: 1,
+	// when the limiter's store fails. Default: false, the request is
+	// served unlimited (fail open). Either way the error is logged. Wrap
+	// the store in a fallback.Store to keep limiting through an outage.
+	FailClosed bool
+	// OnDenied, when set, writes the response to a denied request in
+	// place of the default problem+json 429. The RateLimit and
+	// Retry-After headers are already set when it is called.
+	OnDenied func(w http.ResponseWriter, r *http.Request, d Denial)
+	// Logger receives store failures. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Denial describes a denied request to Options.OnDenied.
+type Denial struct {
+	Result floodgate.Result
+	Policy string // the violated policy's name, as in the headers
+	Key    string
+	Cost   int64
+}
+
+// Middleware rate limits HTTP requests. It is safe for concurrent use.
+type Middleware struct {
+	lim    *floodgate.Limiter
+	limits []floodgate.Limit
+	policy string
+	opts   Options
+}
+
+// New returns a Middleware that applies lim's limits to every request
+// that Options.Skip does not skip.
+func New(lim *floodgate.Limiter, opts *Options) *Middleware {
+	m := &Middleware{lim: lim, limits: lim.Limits()}
+	if opts != nil {
+		m.opts = *opts
+	}
+	if m.opts.Key == nil {
+		m.opts.Key = ClientIP()
+	}
+	if m.opts.Logger == nil {
+		m.opts.Logger = slog.Default()
+	}
+	m.policy = PolicyHeader(m.limits)
+	return m
+}
+
+// Handler returns next wrapped by the middleware.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.opts.Skip != nil && m.opts.Skip(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		key, err := m.opts.Key(r)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
+			return
+		}
+		cost := int64(1)
+		if m.opts.Cost != nil {
+			cost = m.opts.Cost(r)
+		}
+		res, err := m.lim.AllowN(r.Context(), key, cost)
+		if err != nil {
+			m.failed(w, r, next, err)
+			return
+		}
+		h := w.Header()
+		h.Set(HeaderPolicy, m.policy)
+		h.Set(HeaderRateLimit, RateLimitHeader(m.limits, res))
+		if m.opts.LegacyHeaders {
+			h.Set(HeaderLimit, strconv.FormatInt(res.Limit, 10))
+			h.Set(HeaderRemaining, strconv.FormatInt(res.Remaining, 10))
+			h.Set(HeaderReset, strconv.FormatInt(Seconds(res.ResetAfter), 10))
+		}
+		if res.Allowed {
+			next.ServeHTTP(w, r)
+			return
+		}
+		d := Denial{Result: res, Policy: PolicyName(m.limits, res.Index), Key: key, Cost: cost}
+		if res.RetryAfter != floodgate.Never {
+			h.Set(HeaderRetryAfter, strconv.FormatInt(Seconds(res.RetryAfter), 10))
+		}
+		if m.opts.OnDenied != nil {
+			m.opts.OnDenied(w, r, d)
+			return
+		}
+		writeDenial(w, d)
+	})
+}
+
+// failed answers a request whose decision failed.
+func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// The client went away or the server's deadline passed: nobody is
+		// waiting for a rate limit answer.
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the request's context ended before the rate limit decision", nil)
+	case errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost):
+		writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
+	case m.opts.FailClosed:
+		m.opts.Logger.Error("httplimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "path", r.URL.Path)
+		w.Header().Set(HeaderRetryAfter, "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter is unavailable", nil)
+	default:
+		m.opts.Logger.Error("httplimit: rate limit store failed; serving unlimited (fail open)", "error", err.Error(), "path", r.URL.Path)
+		next.ServeHTTP(w, r)
+	}
+}
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type           string `json:"type"`
+	Title          string `json:"title"`
+	Status         int    `json:"status"`
+	Detail         string `json:"detail,omitempty"`
+	ViolatedPolicy string `json:"violated-policy,omitempty"`
+	RetryAfter     *int64 `json:"retry-after,omitempty"`
+}
+
+func writeDenial(w http.ResponseWriter, d Denial) {
+	p := &problem{ViolatedPolicy: d.Policy}
+	if d.Result.RetryAfter == floodgate.Never {
+		p.Detail = fmt.Sprintf("the request's cost %d is more than policy %q admits at once (%d); it can never be allowed", d.Cost, d.Policy, d.Result.Limit)
+	} else {
+		s := Seconds(d.Result.RetryAfter)
+		p.RetryAfter = &s
+		p.Detail = fmt.Sprintf("rate limit policy %q exceeded; retry in %d s", d.Policy, s)
+	}
+	writeProblem(w, http.StatusTooManyRequests, "Too Many Requests", "", p)
+}
+
+// writeProblem writes an application/problem+json response.
+func writeProblem(w http.ResponseWriter, status int, title, detail string, p *problem) {
+	if p == nil {
+		p = &problem{Detail: detail}
+	}
+	p.Type, p.Title, p.Status = "about:blank", title, status
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(p)
+}
