@@ -1,0 +1,554 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The end-to-end tests build the floodgate binary, start it on free
+// loopback ports, and drive it over HTTP and the Redis protocol with real
+// clients.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "floodgate-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "floodgate")
+	if out, err := exec.Command("go", "build", "-race", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building floodgate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// instance is a running floodgate serve.
+type instance struct {
+	cmd      *exec.Cmd
+	httpURL  string
+	respAddr string
+	stderr   *lockedBuffer
+	done     chan error
+}
+
+// serve starts floodgate serve with args (plus free loopback ports) and
+// waits until it prints where it listens.
+func serve(t *testing.T, args ...string) *instance {
+	t.Helper()
+	args = append([]string{"serve", "--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"}, args...)
+	cmd := exec.Command(binary, args...)
+	in := &instance{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = in.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		in.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		for range lines {
+		}
+	})
+	timeout := time.After(30 * time.Second)
+	for in.httpURL == "" || in.respAddr == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("floodgate serve exited before listening:\n%s", in.stderr)
+			}
+			if rest, ok := strings.CutPrefix(line, "HTTP API on "); ok {
+				in.httpURL = strings.Fields(rest)[0]
+			}
+			if rest, ok := strings.CutPrefix(line, "Redis protocol on "); ok {
+				in.respAddr = strings.Fields(rest)[0]
+			}
+		case <-timeout:
+			t.Fatalf("floodgate serve did not say where it listens:\n%s", in.stderr)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	return in
+}
+
+func (in *instance) redis(t *testing.T, o *redis.Options) *redis.Client {
+	if o == nil {
+		o = &redis.Options{}
+	}
+	o.Addr = in.respAddr
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (in *instance) post(t *testing.T, path, body string, hdr ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", in.httpURL+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return do(t, req)
+}
+
+func (in *instance) get(t *testing.T, path string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", in.httpURL+path, nil)
+	return do(t, req)
+}
+
+func do(t *testing.T, req *http.Request) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	if m == nil {
+		m = map[string]any{"raw": string(b)}
+	}
+	return resp.StatusCode, m
+}
+
+func (in *instance) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get(in.httpURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// stop sends sig and waits for the process to exit.
+func (in *instance) stop(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	in.cmd.Process.Signal(sig)
+	select {
+	case err := <-in.done:
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatal("floodgate serve did not exit within 15s")
+		return nil
+	}
+}
+
+func TestRedisCellExample(t *testing.T) {
+	in := serve(t)
+	for _, proto := range []int{2, 3} {
+		c := in.redis(t, &redis.Options{Protocol: proto})
+		got, err := c.Do(context.Background(), "CL.THROTTLE", fmt.Sprintf("user123-%d", proto), 15, 30, 60).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != "[0 16 15 -1 2]" {
+			t.Errorf("RESP%d: CL.THROTTLE user123 15 30 60 = %v, want [0 16 15 -1 2]", proto, got)
+		}
+	}
+}
+
+func TestRESPCommands(t *testing.T) {
+	in := serve(t)
+	c := in.redis(t, nil)
+	ctx := context.Background()
+	tests := []struct {
+		args []any
+		want string
+	}{
+		{[]any{"PING"}, "PONG"},
+		{[]any{"PING", "hi"}, "hi"},
+		{[]any{"ECHO", "x"}, "x"},
+		{[]any{"SELECT", "0"}, "OK"},
+		{[]any{"FG.RULES"}, "[example]"},
+		// The example rule refills one unit every 100ms of real time, so
+		// only the figures that cannot move between calls are compared.
+		{[]any{"FG.CHECK", "example", "k", "5"}, "[0 20 15 -1 500]"},
+		{[]any{"FG.CHECK", "example", "k", "16"}, "[1 20 1"},
+		{[]any{"FG.CHECK", "example", "k", "21"}, "[1 20 1"},
+		{[]any{"FG.RESET", "example", "k"}, "OK"},
+		{[]any{"FG.CHECK", "example", "k", "0"}, "[0 20 20 -1 0]"},
+		{[]any{"CL.THROTTLE", "q", "0", "1", "10", "2"}, "[1 1 1 -1 0]"},
+		{[]any{"CL.THROTTLE", "q", "0", "1", "10", "0"}, "[0 1 1 -1 0]"},
+		{[]any{"CL.THROTTLE", "q", "x", "1", "10"}, "ERR value is not an integer or out of range"},
+		{[]any{"CL.THROTTLE", "q", "0", "0", "10"}, "ERR bad request: floodgate: invalid limit: gcra rate must be between 1"},
+		{[]any{"CL.THROTTLE", "q", "0", "1"}, "ERR wrong number of arguments for 'cl.throttle' command"},
+		{[]any{"FG.CHECK", "nope", "k"}, `ERR unknown rule "nope"`},
+		{[]any{"FG.CHECK", "example", strings.Repeat("k", 513)}, "ERR bad request: key is 513 bytes, more than the maximum 512"},
+		{[]any{"NOPE", "a"}, "ERR unknown command 'NOPE', with args beginning with: 'a'"},
+	}
+	for _, tt := range tests {
+		v, err := c.Do(ctx, tt.args...).Result()
+		got := fmt.Sprint(v)
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.HasPrefix(got, tt.want) {
+			t.Errorf("%v = %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}
+
+func TestRESPAuth(t *testing.T) {
+	in := serve(t, "--token", "s3cret")
+	ctx := context.Background()
+	if err := in.redis(t, &redis.Options{Protocol: 2}).Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("PING without AUTH: %v, want NOAUTH", err)
+	}
+	if err := in.redis(t, &redis.Options{Password: "wrong"}).Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("wrong password: %v, want WRONGPASS", err)
+	}
+	for _, proto := range []int{2, 3} {
+		if err := in.redis(t, &redis.Options{Password: "s3cret", Protocol: proto}).Ping(ctx).Err(); err != nil {
+			t.Errorf("RESP%d with the password: %v", proto, err)
+		}
+	}
+	if code, _ := in.post(t, "/v1/check", `{"rule":"example","key":"a"}`); code != 401 {
+		t.Errorf("HTTP without the token: %d", code)
+	}
+	if code, _ := in.post(t, "/v1/check", `{"rule":"example","key":"a"}`, "Authorization", "Bearer s3cret"); code != 200 {
+		t.Errorf("HTTP with the token: %d", code)
+	}
+	if code, _ := in.get(t, "/healthz"); code != 200 {
+		t.Errorf("/healthz needs no token: %d", code)
+	}
+}
+
+func TestHTTPAPI(t *testing.T) {
+	in := serve(t)
+	tests := []struct {
+		path, body string
+		status     int
+		want       map[string]any
+	}{
+		{"/v1/check", `{"rule":"example","key":"u","cost":20}`, 200, map[string]any{"allowed": true, "limit": 20.0, "remaining": 0.0, "source": "store"}},
+		{"/v1/check", `{"rule":"example","key":"u","cost":21}`, 200, map[string]any{"allowed": false, "retry_after_ms": -1.0}},
+		{"/v1/check", `{"rule":"example","key":"v"}`, 200, map[string]any{"allowed": true, "remaining": 19.0, "retry_after_ms": 0.0, "reset_after_ms": 100.0}},
+		{"/v1/reset", `{"rule":"example","key":"u"}`, 204, nil},
+		{"/v1/check", `{"rule":"example","key":"u","cost":0}`, 200, map[string]any{"remaining": 20.0}},
+		{"/v1/check", `{"rule":"nope","key":"u"}`, 404, map[string]any{"detail": `unknown rule "nope"`}},
+		{"/v1/check", `{"rule":"example","key":""}`, 400, map[string]any{"detail": "bad request: empty key"}},
+		{"/v1/check", `{"rule":"example","key":"u","cost":-1}`, 400, nil},
+		{"/v1/check", `{"rule":"example","key":"u","colour":1}`, 400, nil},
+		{"/v1/check", `{"rule":`, 400, nil},
+		{"/v1/check", `{"rule":"example","key":"` + strings.Repeat("k", 513) + `"}`, 400, nil},
+		{"/v1/check", `{"key":"` + strings.Repeat("k", 2<<20) + `"}`, 413, nil},
+		{"/v1/check/batch", `{"checks":[]}`, 400, nil},
+		{"/v1/nothing", `{}`, 404, nil},
+	}
+	for i, tt := range tests {
+		code, body := in.post(t, tt.path, tt.body)
+		if code != tt.status {
+			t.Errorf("%d: %s: status %d, want %d (%v)", i, tt.path, code, tt.status, body)
+			continue
+		}
+		for k, v := range tt.want {
+			if body[k] != v {
+				t.Errorf("%d: %s: %s = %v, want %v (%v)", i, tt.path, k, body[k], v, body)
+			}
+		}
+	}
+	code, body := in.post(t, "/v1/check/batch", `{"checks":[{"rule":"example","key":"b","cost":3},{"rule":"nope","key":"b"}]}`)
+	results, _ := body["results"].([]any)
+	if code != 200 || len(results) != 2 || results[0].(map[string]any)["remaining"] != 17.0 || results[1].(map[string]any)["status"] != 404.0 {
+		t.Errorf("batch: %d %v", code, body)
+	}
+	code, body = in.get(t, "/v1/rules")
+	if rules, _ := body["rules"].([]any); code != 200 || len(rules) != 1 {
+		t.Errorf("rules: %d %v", code, body)
+	}
+	m := in.metrics(t)
+	for _, want := range []string{`floodgate_decisions_total{rule="example",outcome="allowed"}`, "floodgate_store_latency_seconds_bucket", "floodgate_fallback_degraded 0", "floodgate_config_reloads_total"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, _ := in.get(t, p); code != 200 {
+			t.Errorf("%s: %d", p, code)
+		}
+	}
+	if err := in.stop(t, syscall.SIGTERM); err != nil {
+		t.Errorf("exit after SIGTERM: %v\n%s", err, in.stderr)
+	}
+}
+
+const rulesV1 = `rules:
+  - name: api
+    algorithm: fixed-window
+    limit: 2
+    window: 1h
+  - name: watch
+    algorithm: sliding-log
+    limit: 1
+    window: 1h
+    shadow: true
+`
+
+const rulesV2 = `rules:
+  - name: api
+    algorithm: fixed-window
+    limit: 5
+    window: 1h
+  - name: added
+    algorithm: gcra
+    max_burst: 0
+    count: 1
+    period: 1s
+`
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond every 20ms for at most 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesV1)
+	in := serve(t, "--config", path, "--watch", "0") // SIGHUP only
+	c := in.redis(t, nil)
+	ctx := context.Background()
+	names := func() string { v, _ := c.Do(ctx, "FG.RULES").Result(); return fmt.Sprint(v) }
+	if got := names(); got != "[api watch]" {
+		t.Fatalf("rules = %s", got)
+	}
+	// Shadow mode: denials are counted, never enforced.
+	for i := range 3 {
+		code, body := in.post(t, "/v1/check", `{"rule":"watch","key":"s"}`)
+		if code != 200 || body["allowed"] != true || (i > 0) != (body["would_deny"] == true) {
+			t.Errorf("shadow %d: %v", i, body)
+		}
+	}
+	if m := in.metrics(t); !strings.Contains(m, `floodgate_decisions_total{rule="watch",outcome="shadow_denied"} 2`) {
+		t.Errorf("shadow denials not counted:\n%s", m)
+	}
+
+	// An invalid file is refused and the old rules stay.
+	writeFile(t, path, "rules:\n  - name: api\n    algorithm: fixed-window\n    limit: .nan\n    window: 1h\n")
+	in.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "the failed reload", func() bool {
+		return strings.Contains(in.metrics(t), `floodgate_config_reloads_total{result="failure"} 1`)
+	})
+	if got := names(); got != "[api watch]" {
+		t.Errorf("after an invalid reload: rules = %s", got)
+	}
+	if !strings.Contains(in.stderr.String(), "rules.yaml:4:12: rules[0].limit: must be a whole number, got NaN") {
+		t.Errorf("the invalid reload's error is not logged with file and line:\n%s", in.stderr)
+	}
+	writeFile(t, path, rulesV2)
+	in.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "the reload", func() bool { return names() == "[api added]" })
+}
+
+func TestReloadOnChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesV1)
+	in := serve(t, "--config", path, "--watch", "50ms")
+	writeFile(t, path, rulesV2+"# changed\n")
+	waitFor(t, "the reload on change", func() bool {
+		_, body := in.get(t, "/v1/rules")
+		rules, _ := body["rules"].([]any)
+		return len(rules) == 2 && rules[1].(map[string]any)["name"] == "added"
+	})
+}
+
+func TestInvalidConfigAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	writeFile(t, path, "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: .inf\n    period: 1s\n    burst: 10\n")
+	out, err := exec.Command(binary, "serve", "--config", path, "--http", "127.0.0.1:0", "--resp", "").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("exit: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), path+":4:11: rules[0].rate: must be a whole number, got infinity (.inf)") {
+		t.Errorf("output lacks the file, line and field:\n%s", out)
+	}
+	out, _ = exec.Command(binary, "check", "--config", path).CombinedOutput()
+	if !strings.Contains(string(out), "rules[0].rate") {
+		t.Errorf("check --config: %s", out)
+	}
+}
+
+// Garbage on either port gets an error and never affects other clients.
+func TestGarbage(t *testing.T) {
+	in := serve(t)
+	good := in.redis(t, nil)
+	ctx := context.Background()
+	if err := good.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	garbage := []struct {
+		send, want string
+	}{
+		{"*abc\r\n", "-ERR Protocol error: invalid multibulk length"},
+		{"*1\r\n$99999999\r\n", "-ERR Protocol error: invalid bulk length"},
+		{"*1\r\n+PING\r\n", "-ERR Protocol error: expected '$'"},
+		{"*100000\r\n", "-ERR Protocol error: invalid multibulk length"},
+		{"*1\r\n$4\r\nPINGxx", "-ERR Protocol error: bulk string not terminated by CRLF"},
+		{strings.Repeat("A", 20000) + "\r\n", "-ERR Protocol error: line too long"},
+		{"\x00\x01\x02\xff\r\n", "-ERR unknown command"},
+		{"PING\r\n", "+PONG"}, // inline commands work, as in redis-cli's telnet mode
+	}
+	for _, g := range garbage {
+		conn, err := net.Dial("tcp", in.respAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		conn.Write([]byte(g.send))
+		reply, _ := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if !strings.HasPrefix(reply, g.want) {
+			t.Errorf("%q: reply %q, want %q", g.send, reply, g.want)
+		}
+		if err := good.Ping(ctx).Err(); err != nil {
+			t.Fatalf("after %q, another client's PING failed: %v", g.send, err)
+		}
+	}
+	// HTTP garbage gets 400 from the server.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(in.httpURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn.Write([]byte("\x16\x03\x01 garbage\r\n\r\n"))
+	reply, _ := bufio.NewReader(conn).ReadString('\n')
+	conn.Close()
+	if !strings.HasPrefix(reply, "HTTP/1.1 400") {
+		t.Errorf("HTTP garbage: %q", reply)
+	}
+	if code, _ := in.get(t, "/healthz"); code != 200 {
+		t.Errorf("after garbage, /healthz = %d", code)
+	}
+}
+
+func TestAgainstRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--instances", "2")
+	c := in.redis(t, nil)
+	ctx := context.Background()
+	got, err := c.Do(ctx, "CL.THROTTLE", "user123", 15, 30, 60).Int64Slice()
+	if err != nil || fmt.Sprint(got) != "[0 16 15 -1 2]" {
+		t.Fatalf("CL.THROTTLE on Redis: %v %v\n%s", got, err, in.stderr)
+	}
+	code, body := in.post(t, "/v1/check", `{"rule":"example","key":"r","cost":20}`)
+	if code != 200 || body["allowed"] != true || body["source"] != "store" {
+		t.Errorf("check on Redis: %d %v", code, body)
+	}
+	keys, err := srv.Client(t).Keys(ctx, "floodgate:*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Errorf("Redis keys: %v %v", keys, err)
+	}
+	// Redis goes away: the local fallback answers, /readyz says degraded
+	// once the breaker opens.
+	srv.Kill()
+	code, body = in.post(t, "/v1/check", `{"rule":"example","key":"r"}`)
+	if code != 200 || body["source"] != "local" {
+		t.Errorf("check with Redis down: %d %v", code, body)
+	}
+	waitFor(t, "readyz to report degraded", func() bool {
+		in.post(t, "/v1/check", `{"rule":"example","key":"r"}`)
+		code, _ := in.get(t, "/readyz")
+		return code == 503
+	})
+	if m := in.metrics(t); !strings.Contains(m, "floodgate_fallback_degraded 1") {
+		t.Errorf("metrics do not show the fallback")
+	}
+}
+
+func TestCLI(t *testing.T) {
+	for _, args := range [][]string{{"serve", "--help"}, {"check", "--help"}, {"version"}, {"--help"}} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err != nil || len(out) == 0 {
+			t.Errorf("floodgate %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := exec.Command(binary, "frobnicate").Run(); err == nil {
+		t.Error("an unknown command succeeded")
+	}
+	out, err := exec.Command(binary, "check", "example", "user1", "20").Output()
+	if err != nil || !strings.Contains(string(out), `"allowed":true`) {
+		t.Errorf("check allowed: %v %s", err, out)
+	}
+	out, err = exec.Command(binary, "check", "example", "user1", "21").Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), `"allowed":false`) {
+		t.Errorf("check denied: %v %s", err, out)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, path, rulesV1)
+	in := serve(t, "--config", path)
+	for range 2 {
+		if out, err := exec.Command(binary, "check", "--server", in.httpURL, "api", "shared").Output(); err != nil {
+			t.Errorf("check --server: %v %s", err, out)
+		}
+	}
+	out, err = exec.Command(binary, "check", "--server", in.httpURL, "api", "shared").Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Errorf("check --server after 2 of 2: %v %s", err, out)
+	}
+}

@@ -1,0 +1,416 @@
+// Package config reads the rules file of floodgate serve: a YAML file of
+// named rules, each one or several limits, validated as a whole, with
+// errors that name the file, line and field.
+//
+//	rules:
+//	  - name: api
+//	    algorithm: token-bucket
+//	    rate: 100
+//	    period: 1m
+//	    burst: 200
+//	  - name: login
+//	    algorithm: sliding-window
+//	    limit: 5
+//	    window: 1m
+//	    shadow: true          # count what would be denied, deny nothing
+//	  - name: tiered
+//	    limits:               # several limits on one key, checked as one
+//	      - {algorithm: gcra, max_burst: 9, count: 10, period: 1s}
+//	      - {algorithm: fixed-window, limit: 10000, calendar: day, timezone: Europe/Paris}
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"go.yaml.in/yaml/v3"
+)
+
+// Rule is a named set of limits.
+type Rule struct {
+	Name   string
+	Limits []floodgate.Limit
+	// Shadow rules are decided and counted but never deny.
+	Shadow bool
+}
+
+// Config is a validated rules file. It is immutable once Parse returns it.
+type Config struct {
+	Rules  []Rule
+	byName map[string]int
+	Source string // the file it came from, or "built-in"
+}
+
+// Rule returns the rule called name.
+func (c *Config) Rule(name string) (Rule, bool) {
+	i, ok := c.byName[name]
+	if !ok {
+		return Rule{}, false
+	}
+	return c.Rules[i], true
+}
+
+// MaxRules bounds the number of rules in one file.
+const MaxRules = 10000
+
+// Example is the rule that floodgate serve uses without a rules file.
+func Example() *Config {
+	c, err := Parse("built-in", []byte(ExampleYAML))
+	if err != nil {
+		panic("the built-in config is invalid: " + err.Error()) // a bug, caught by the tests
+	}
+	return c
+}
+
+// ExampleYAML is the built-in rules file: one rule, "example", of 10
+// requests per second with bursts of 20.
+const ExampleYAML = `rules:
+  - name: example
+    algorithm: token-bucket
+    rate: 10
+    period: 1s
+    burst: 20
+`
+
+// Load reads and parses the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, b)
+}
+
+// Error is a problem in a rules file, at a line and column.
+type Error struct {
+	File         string
+	Line, Column int
+	Field        string // "rules[1].rate"
+	Msg          string
+}
+
+func (e *Error) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc += fmt.Sprintf(":%d:%d", e.Line, e.Column)
+	}
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s: %s", loc, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", loc, e.Msg)
+}
+
+// Errors are all the problems found in one file.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+type parser struct {
+	file string
+	errs Errors
+}
+
+func (p *parser) errorf(n *yaml.Node, field, format string, args ...any) {
+	e := &Error{File: p.file, Field: field, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	p.errs = append(p.errs, e)
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+
+// Parse parses and validates a rules file; file names it in errors. All
+// the problems found are returned together, as Errors.
+func Parse(file string, data []byte) (*Config, error) {
+	p := &parser{file: file}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, Errors{{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	c := &Config{byName: map[string]int{}, Source: file}
+	if len(doc.Content) == 0 {
+		return nil, Errors{{File: file, Msg: "the file is empty: it needs a rules list"}}
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		p.errorf(root, "", "the file must be a mapping with a rules list")
+		return nil, p.errs
+	}
+	var rules *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "rules":
+			rules = v
+		default:
+			p.errorf(k, k.Value, "unknown top-level field (known: rules)")
+		}
+	}
+	switch {
+	case rules == nil:
+		p.errorf(root, "rules", "missing")
+	case rules.Kind != yaml.SequenceNode:
+		p.errorf(rules, "rules", "must be a list")
+	case len(rules.Content) == 0:
+		p.errorf(rules, "rules", "must have at least one rule")
+	case len(rules.Content) > MaxRules:
+		p.errorf(rules, "rules", "has %d rules, more than the maximum %d", len(rules.Content), MaxRules)
+	default:
+		for i, rn := range rules.Content {
+			if r, ok := p.rule(rn, fmt.Sprintf("rules[%d]", i)); ok {
+				if j, dup := c.byName[r.Name]; dup {
+					p.errorf(rn, fmt.Sprintf("rules[%d].name", i), "%q is already the name of rules[%d]", r.Name, j)
+					continue
+				}
+				c.byName[r.Name] = len(c.Rules)
+				c.Rules = append(c.Rules, r)
+			}
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	return c, nil
+}
+
+// fields returns a mapping's fields by name, reporting duplicates and
+// fields not in known.
+func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*yaml.Node {
+	out := map[string]*yaml.Node{}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, path, "must be a mapping")
+		return out
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case !contains(known, k.Value):
+			p.errorf(k, path+"."+k.Value, "unknown field (known: %s)", strings.Join(known, ", "))
+		case out[k.Value] != nil:
+			p.errorf(k, path+"."+k.Value, "given twice")
+		default:
+			out[k.Value] = v
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+var limitFields = []string{"algorithm", "rate", "period", "burst", "capacity", "leak", "max_burst", "count", "limit", "window", "calendar", "timezone", "name"}
+
+func (p *parser) rule(n *yaml.Node, path string) (Rule, bool) {
+	before := len(p.errs)
+	known := append([]string{"limits", "shadow"}, limitFields...)
+	f := p.fields(n, path, known...)
+	var r Rule
+	if name := f["name"]; name == nil {
+		p.errorf(n, path+".name", "missing")
+	} else if !namePattern.MatchString(name.Value) || name.Kind != yaml.ScalarNode {
+		p.errorf(name, path+".name", "must be 1 to 64 letters, digits or _ . : -, got %q", name.Value)
+	} else {
+		r.Name = name.Value
+	}
+	if s := f["shadow"]; s != nil {
+		switch s.Value {
+		case "true":
+			r.Shadow = true
+		case "false":
+		default:
+			p.errorf(s, path+".shadow", "must be true or false, got %q", s.Value)
+		}
+	}
+	if ls := f["limits"]; ls != nil {
+		if f["algorithm"] != nil {
+			p.errorf(ls, path+".limits", "give either limits or one limit's fields (algorithm, ...), not both")
+		}
+		if ls.Kind != yaml.SequenceNode || len(ls.Content) == 0 || len(ls.Content) > floodgate.MaxLimits {
+			p.errorf(ls, path+".limits", "must be a list of 1 to %d limits", floodgate.MaxLimits)
+		} else {
+			for i, ln := range ls.Content {
+				lp := fmt.Sprintf("%s.limits[%d]", path, i)
+				if l, ok := p.limit(ln, lp, p.fields(ln, lp, limitFields...)); ok {
+					r.Limits = append(r.Limits, l)
+				}
+			}
+		}
+	} else {
+		delete(f, "shadow")
+		delete(f, "name")
+		if l, ok := p.limit(n, path, f); ok {
+			r.Limits = append(r.Limits, l.Named(r.Name))
+		}
+	}
+	return r, len(p.errs) == before
+}
+
+// limit builds one limit from its fields.
+func (p *parser) limit(n *yaml.Node, path string, f map[string]*yaml.Node) (floodgate.Limit, bool) {
+	before := len(p.errs)
+	an := f["algorithm"]
+	if an == nil {
+		p.errorf(n, path+".algorithm", "missing (one of token-bucket, leaky-bucket, gcra, fixed-window, sliding-log, sliding-window)")
+		return floodgate.Limit{}, false
+	}
+	alg, err := floodgate.ParseAlgorithm(an.Value)
+	if err != nil {
+		p.errorf(an, path+".algorithm", "unknown algorithm %q (one of token-bucket, leaky-bucket, gcra, fixed-window, sliding-log, sliding-window)", an.Value)
+		return floodgate.Limit{}, false
+	}
+	var want []string
+	switch alg {
+	case floodgate.AlgorithmTokenBucket:
+		want = []string{"rate", "period", "burst"}
+	case floodgate.AlgorithmLeakyBucket:
+		want = []string{"capacity", "leak", "period"}
+	case floodgate.AlgorithmGCRA:
+		want = []string{"max_burst", "count", "period"}
+	case floodgate.AlgorithmFixedWindow:
+		want = []string{"limit"}
+		if f["calendar"] != nil {
+			want = append(want, "calendar")
+		} else {
+			want = append(want, "window")
+		}
+	default:
+		want = []string{"limit", "window"}
+	}
+	allowed := append([]string{"algorithm", "name", "timezone"}, want...)
+	for k, v := range f {
+		if !contains(allowed, k) || (k == "timezone" && f["calendar"] == nil) {
+			p.errorf(v, path+"."+k, "is not a parameter of %s (it takes %s)", alg, strings.Join(want, ", "))
+		}
+	}
+	ints := map[string]int64{}
+	var dur time.Duration
+	for _, k := range want {
+		v := f[k]
+		if v == nil {
+			p.errorf(n, path+"."+k, "missing: %s takes %s", alg, strings.Join(want, ", "))
+			continue
+		}
+		switch k {
+		case "period", "window":
+			dur = p.duration(v, path+"."+k)
+		case "calendar":
+		default:
+			lo, hi := int64(1), int64(floodgate.MaxQuota)
+			if k == "max_burst" {
+				lo, hi = 0, floodgate.MaxQuota-1
+			}
+			if i, ok := p.integer(v, path+"."+k); ok && (i < lo || i > hi) {
+				p.errorf(v, path+"."+k, "must be from %d to %d, got %d", lo, hi, i)
+			} else {
+				ints[k] = i
+			}
+		}
+	}
+	if len(p.errs) > before {
+		return floodgate.Limit{}, false
+	}
+	var l floodgate.Limit
+	switch alg {
+	case floodgate.AlgorithmTokenBucket:
+		l = floodgate.TokenBucket(ints["rate"], dur, ints["burst"])
+	case floodgate.AlgorithmLeakyBucket:
+		l = floodgate.LeakyBucket(ints["capacity"], ints["leak"], dur)
+	case floodgate.AlgorithmGCRA:
+		l = floodgate.GCRA(ints["max_burst"], ints["count"], dur)
+	case floodgate.AlgorithmFixedWindow:
+		if cn := f["calendar"]; cn != nil {
+			var unit floodgate.Calendar
+			switch cn.Value {
+			case "day":
+				unit = floodgate.Day
+			case "week":
+				unit = floodgate.Week
+			case "month":
+				unit = floodgate.Month
+			default:
+				p.errorf(cn, path+".calendar", "must be day, week or month, got %q", cn.Value)
+				return floodgate.Limit{}, false
+			}
+			loc := time.UTC
+			if tz := f["timezone"]; tz != nil {
+				if loc, err = time.LoadLocation(tz.Value); err != nil || tz.Value == "" {
+					p.errorf(tz, path+".timezone", "unknown time zone %q", tz.Value)
+					return floodgate.Limit{}, false
+				}
+			}
+			l = floodgate.CalendarWindow(ints["limit"], unit, loc)
+		} else {
+			l = floodgate.FixedWindow(ints["limit"], dur)
+		}
+	case floodgate.AlgorithmSlidingLog:
+		l = floodgate.SlidingLog(ints["limit"], dur)
+	case floodgate.AlgorithmSlidingWindow:
+		l = floodgate.SlidingWindow(ints["limit"], dur)
+	}
+	if err := l.Validate(); err != nil {
+		p.errorf(n, path, "%s", strings.TrimPrefix(err.Error(), floodgate.ErrInvalidLimit.Error()+": "))
+		return floodgate.Limit{}, false
+	}
+	if nn := f["name"]; nn != nil {
+		l = l.Named(nn.Value)
+	}
+	return l, true
+}
+
+// integer reads a whole number. Floats, NaN and infinities are refused
+// rather than rounded: a limit is a count.
+func (p *parser) integer(v *yaml.Node, path string) (int64, bool) {
+	if v.Kind != yaml.ScalarNode {
+		p.errorf(v, path, "must be a whole number")
+		return 0, false
+	}
+	s := strings.ReplaceAll(v.Value, "_", "")
+	i, err := strconv.ParseInt(s, 10, 64)
+	if err == nil {
+		return i, true
+	}
+	lower := strings.ToLower(s)
+	_, ferr := strconv.ParseFloat(s, 64)
+	switch {
+	case strings.Contains(lower, "nan"):
+		p.errorf(v, path, "must be a whole number, got NaN (%s)", v.Value)
+	case strings.Contains(lower, "inf"):
+		p.errorf(v, path, "must be a whole number, got infinity (%s)", v.Value)
+	case errors.Is(err, strconv.ErrRange):
+		p.errorf(v, path, "%s is out of range (at most %d)", v.Value, int64(floodgate.MaxQuota))
+	case ferr == nil:
+		p.errorf(v, path, "must be a whole number, got %s: write a longer period instead of a fraction", v.Value)
+	default:
+		p.errorf(v, path, "must be a whole number, got %q", v.Value)
+	}
+	return 0, false
+}
+
+// duration reads a Go duration such as 1s, 1m30s or 500ms.
+func (p *parser) duration(v *yaml.Node, path string) time.Duration {
+	d, err := time.ParseDuration(v.Value)
+	if err != nil || v.Kind != yaml.ScalarNode {
+		p.errorf(v, path, "must be a duration such as 1s, 1m or 500ms, got %q", v.Value)
+		return 0
+	}
+	return d
+}

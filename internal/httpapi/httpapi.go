@@ -1,0 +1,278 @@
+// Package httpapi is the HTTP/JSON API of floodgate serve:
+//
+//	POST /v1/check        {"rule":"api","key":"user:1","cost":1}
+//	POST /v1/check/batch  {"checks":[{"rule":...,"key":...,"cost":...}, ...]}
+//	POST /v1/reset        {"rule":"api","key":"user:1"}
+//	GET  /v1/rules
+//	GET  /metrics, /healthz, /readyz
+//
+// A denial is a 200 with "allowed": false; 4xx answers mean the request
+// was wrong, 503 that the store failed. Errors are application/problem+json.
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/service"
+)
+
+// The bounds on requests.
+const (
+	MaxBody  = 1 << 20 // bytes of a request body
+	MaxBatch = 1000    // checks in one batch
+)
+
+// Options configures the API.
+type Options struct {
+	// Token, when set, is required as "Authorization: Bearer <token>" on
+	// every /v1/ endpoint. /metrics, /healthz and /readyz stay open.
+	Token  string
+	Logger *slog.Logger
+}
+
+type api struct {
+	svc *service.Service
+	o   Options
+}
+
+// Handler returns the API's handler.
+func Handler(svc *service.Service, o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	a := &api{svc: svc, o: o}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", a.auth(a.check))
+	mux.HandleFunc("POST /v1/check/batch", a.auth(a.batch))
+	mux.HandleFunc("POST /v1/reset", a.auth(a.reset))
+	mux.HandleFunc("GET /v1/rules", a.auth(a.rules))
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		svc.Metrics.Write(w)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// Ready while decisions come from the configured store. In
+		// fallback the service still answers, but a load balancer may
+		// prefer an instance that reaches Redis.
+		if svc.Ready() {
+			writeJSON(w, 200, map[string]any{"status": "ready", "rules": len(svc.Config().Rules)})
+			return
+		}
+		writeJSON(w, 503, map[string]any{"status": "degraded: the Redis store is failing; decisions follow the fallback policy"})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		problem(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see GET /v1/rules, POST /v1/check)")
+	})
+	return mux
+}
+
+func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
+	if a.o.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + a.o.Token)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
+			problem(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// CheckRequest is one check.
+type CheckRequest struct {
+	Rule string `json:"rule"`
+	Key  string `json:"key"`
+	Cost *int64 `json:"cost,omitempty"` // default 1; 0 peeks
+}
+
+// CheckResponse is the answer to one check. Times are milliseconds,
+// rounded up; retry_after_ms is 0 when allowed and -1 when the cost can
+// never be allowed.
+type CheckResponse struct {
+	Rule         string `json:"rule"`
+	Allowed      bool   `json:"allowed"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	ResetAfterMs int64  `json:"reset_after_ms"`
+	Policy       string `json:"policy,omitempty"` // the limit's name, when it has one
+	Shadow       bool   `json:"shadow,omitempty"` // a shadow rule: allowed whatever it decided
+	WouldDeny    bool   `json:"would_deny,omitempty"`
+	Source       string `json:"source"` // store, local, fail-open or fail-closed
+	Error        string `json:"error,omitempty"`
+	Status       int    `json:"status,omitempty"` // in a batch: the HTTP status this check alone would get
+}
+
+func ms(d floodgate.Result) (retry, reset int64) {
+	up := func(ns int64) int64 { return (ns + 999_999) / 1_000_000 }
+	retry = up(int64(d.RetryAfter))
+	if d.RetryAfter == floodgate.Never {
+		retry = -1
+	}
+	return retry, up(int64(d.ResetAfter))
+}
+
+func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {
+	cost := int64(1)
+	if c.Cost != nil {
+		cost = *c.Cost
+	}
+	d, err := a.svc.Check(ctx, c.Rule, c.Key, cost)
+	if err != nil {
+		status := statusOf(err)
+		if status >= 500 {
+			a.o.Logger.Error("floodgate: check failed", "rule", c.Rule, "error", err.Error())
+		}
+		return CheckResponse{Rule: c.Rule, Error: err.Error(), Status: status}, status
+	}
+	retry, reset := ms(d.Result)
+	rule, _ := a.svc.Config().Rule(c.Rule)
+	return CheckResponse{
+		Rule: c.Rule, Allowed: d.Allowed, Limit: d.Result.Limit, Remaining: d.Result.Remaining,
+		RetryAfterMs: retry, ResetAfterMs: reset, Policy: policyName(rule.Limits, d.Result.Index),
+		Shadow: d.Shadow, WouldDeny: d.Shadow && !d.Result.Allowed, Source: d.Result.Source.String(),
+	}, http.StatusOK
+}
+
+func policyName(limits []floodgate.Limit, i int) string {
+	if i < len(limits) {
+		return limits[i].Name()
+	}
+	return ""
+}
+
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, service.ErrUnknownRule):
+		return http.StatusNotFound
+	case errors.Is(err, service.ErrBadRequest), errors.Is(err, floodgate.ErrInvalidKey), errors.Is(err, floodgate.ErrInvalidCost):
+		return http.StatusBadRequest
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusServiceUnavailable
+}
+
+func (a *api) check(w http.ResponseWriter, r *http.Request) {
+	var c CheckRequest
+	if !decode(w, r, &c) {
+		return
+	}
+	resp, status := a.decide(r.Context(), c)
+	resp.Status = 0
+	if status != http.StatusOK {
+		problem(w, status, resp.Error)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (a *api) batch(w http.ResponseWriter, r *http.Request) {
+	var b struct {
+		Checks []CheckRequest `json:"checks"`
+	}
+	if !decode(w, r, &b) {
+		return
+	}
+	if len(b.Checks) == 0 || len(b.Checks) > MaxBatch {
+		problem(w, http.StatusBadRequest, fmt.Sprintf("checks must hold 1 to %d checks, got %d", MaxBatch, len(b.Checks)))
+		return
+	}
+	out := make([]CheckResponse, len(b.Checks))
+	for i, c := range b.Checks {
+		out[i], _ = a.decide(r.Context(), c)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+}
+
+func (a *api) reset(w http.ResponseWriter, r *http.Request) {
+	var c CheckRequest
+	if !decode(w, r, &c) {
+		return
+	}
+	if err := a.svc.Reset(r.Context(), c.Rule, c.Key); err != nil {
+		problem(w, statusOf(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// RuleInfo describes a rule in GET /v1/rules.
+type RuleInfo struct {
+	Name   string      `json:"name"`
+	Shadow bool        `json:"shadow,omitempty"`
+	Limits []LimitInfo `json:"limits"`
+}
+
+// LimitInfo describes one limit of a rule.
+type LimitInfo struct {
+	Name      string `json:"name,omitempty"`
+	Algorithm string `json:"algorithm"`
+	Quota     int64  `json:"quota"`
+	Rate      int64  `json:"rate"`
+	PeriodMs  int64  `json:"period_ms"`
+	Calendar  string `json:"calendar,omitempty"`
+	Summary   string `json:"summary"`
+}
+
+func (a *api) rules(w http.ResponseWriter, r *http.Request) {
+	cfg := a.svc.Config()
+	out := make([]RuleInfo, 0, len(cfg.Rules))
+	for _, rule := range cfg.Rules {
+		ri := RuleInfo{Name: rule.Name, Shadow: rule.Shadow}
+		for _, l := range rule.Limits {
+			li := LimitInfo{Name: l.Name(), Algorithm: l.Algorithm().String(), Quota: l.Quota(), Rate: l.Rate(), PeriodMs: l.Period().Milliseconds(), Summary: l.String()}
+			if unit, loc := l.Calendar(); unit != 0 {
+				li.Calendar = unit.String() + " " + loc.String()
+			}
+			ri.Limits = append(ri.Limits, li)
+		}
+		out = append(out, ri)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"source": cfg.Source, "rules": out})
+}
+
+// decode reads a bounded JSON body into v, answering 4xx itself on error.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody))
+			return false
+		}
+		problem(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		problem(w, http.StatusBadRequest, "invalid JSON body: more than one value")
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
+}

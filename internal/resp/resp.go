@@ -1,0 +1,593 @@
+// Package resp serves floodgate over the Redis protocol (RESP2, and RESP3
+// after HELLO 3), so that any Redis client can call it:
+//
+//	CL.THROTTLE <key> <max_burst> <count> <period_seconds> [<quantity>]
+//	    redis-cell's command, with exactly its reply: limited (0/1), limit,
+//	    remaining, retry_after and reset_after in seconds (rounded up;
+//	    retry_after -1 when allowed or never allowable).
+//	FG.CHECK <rule> <key> [<cost>]
+//	    a configured rule: limited (0/1; always 0 for a shadow rule),
+//	    limit, remaining, retry_after_ms (-1 when allowed or never),
+//	    reset_after_ms.
+//	FG.RESET <rule> <key>, FG.RULES
+//	PING, ECHO, HELLO, AUTH, QUIT, SELECT 0, COMMAND, CLIENT
+//
+// Frames are bounded (MaxArgs arguments, MaxBulk bytes each, MaxInline
+// bytes for an inline command). A malformed frame gets a RESP error and
+// the connection is closed; other connections are unaffected.
+package resp
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/service"
+)
+
+// The bounds on what a client may send.
+const (
+	MaxArgs   = 64
+	MaxBulk   = 8 << 10
+	MaxInline = 8 << 10
+	// IdleTimeout closes a connection that sends nothing for this long.
+	IdleTimeout = 5 * time.Minute
+)
+
+// Server serves the Redis protocol. Make one with New.
+type Server struct {
+	svc     *service.Service
+	token   string
+	version string
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[net.Conn]struct{}
+	closing  bool
+	wg       sync.WaitGroup
+	nextID   int64
+	maxConns int
+}
+
+// New returns a Server over svc. When token is not empty, clients must
+// AUTH with it (any user name) before other commands.
+func New(svc *service.Service, token, version string, log *slog.Logger) *Server {
+	return &Server{svc: svc, token: token, version: version, log: log, conns: map[net.Conn]struct{}{}, maxConns: 10000}
+}
+
+// Serve accepts connections on ln until Shutdown. It returns nil after
+// Shutdown, and the accept error otherwise.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		s.mu.Lock()
+		if s.closing || len(s.conns) >= s.maxConns {
+			s.mu.Unlock()
+			c.Write([]byte("-ERR max number of clients reached\r\n"))
+			c.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.nextID++
+		id := s.nextID
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c, id)
+	}
+}
+
+// Shutdown stops accepting, lets each connection finish the command it
+// is running, closes them, and waits for them or for ctx.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for c := range s.conns {
+		// Wakes a connection waiting for its next command; one running a
+		// command writes its reply and then sees closing.
+		c.SetReadDeadline(time.Now())
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+type conn struct {
+	s      *Server
+	c      net.Conn
+	r      *bufio.Reader
+	w      *bufio.Writer
+	id     int64
+	proto  int
+	authed bool
+}
+
+func (s *Server) serveConn(nc net.Conn, id int64) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, nc)
+		s.mu.Unlock()
+		nc.Close()
+	}()
+	c := &conn{s: s, c: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10), id: id, proto: 2, authed: s.token == ""}
+	for {
+		if c.r.Buffered() == 0 {
+			if err := c.w.Flush(); err != nil {
+				return
+			}
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return
+			}
+			nc.SetReadDeadline(time.Now().Add(IdleTimeout))
+		}
+		args, err := c.readCommand()
+		if err != nil {
+			var pe protocolError
+			if errors.As(err, &pe) {
+				c.writeError("ERR Protocol error: " + string(pe))
+				c.w.Flush()
+			}
+			return
+		}
+		if len(args) == 0 {
+			continue
+		}
+		if !c.dispatch(args) {
+			c.w.Flush()
+			return
+		}
+	}
+}
+
+type protocolError string
+
+func (e protocolError) Error() string { return string(e) }
+
+// readLine reads one CRLF-terminated line, without the CRLF.
+func (c *conn) readLine(max int) ([]byte, error) {
+	line, err := c.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) || len(line) > max+2 {
+		return nil, protocolError("line too long")
+	}
+	if err != nil {
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+func (c *conn) readCommand() ([]string, error) {
+	b, err := c.r.Peek(1)
+	if err != nil {
+		return nil, err
+	}
+	if b[0] != '*' {
+		line, err := c.readLine(MaxInline)
+		if err != nil {
+			return nil, err
+		}
+		fields := strings.Fields(string(line))
+		if len(fields) > MaxArgs {
+			return nil, protocolError("too many arguments")
+		}
+		return fields, nil
+	}
+	line, err := c.readLine(32)
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(string(line[1:]))
+	if err != nil || n > MaxArgs {
+		return nil, protocolError("invalid multibulk length")
+	}
+	args := make([]string, 0, max(n, 0))
+	for range n {
+		line, err := c.readLine(32)
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 || line[0] != '$' {
+			return nil, protocolError("expected '$', got '" + printable(line) + "'")
+		}
+		size, err := strconv.Atoi(string(line[1:]))
+		if err != nil || size < 0 || size > MaxBulk {
+			return nil, protocolError("invalid bulk length")
+		}
+		buf := make([]byte, size+2)
+		if _, err := io.ReadFull(c.r, buf); err != nil {
+			return nil, err
+		}
+		if buf[size] != '\r' || buf[size+1] != '\n' {
+			return nil, protocolError("bulk string not terminated by CRLF")
+		}
+		args = append(args, string(buf[:size]))
+	}
+	return args, nil
+}
+
+func printable(b []byte) string {
+	if len(b) > 16 {
+		b = b[:16]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '?'
+		}
+		return r
+	}, string(b))
+}
+
+// Reply writers.
+
+func (c *conn) writeError(msg string) {
+	c.w.WriteByte('-')
+	c.w.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(msg))
+	c.w.WriteString("\r\n")
+}
+
+func (c *conn) writeSimple(s string) { c.w.WriteString("+" + s + "\r\n") }
+
+func (c *conn) writeInt(i int64) {
+	c.w.WriteByte(':')
+	c.w.WriteString(strconv.FormatInt(i, 10))
+	c.w.WriteString("\r\n")
+}
+
+func (c *conn) writeBulk(s string) {
+	c.w.WriteByte('$')
+	c.w.WriteString(strconv.Itoa(len(s)))
+	c.w.WriteString("\r\n")
+	c.w.WriteString(s)
+	c.w.WriteString("\r\n")
+}
+
+func (c *conn) writeArrayHeader(n int) {
+	c.w.WriteByte('*')
+	c.w.WriteString(strconv.Itoa(n))
+	c.w.WriteString("\r\n")
+}
+
+func (c *conn) writeMapHeader(n int) {
+	if c.proto == 3 {
+		c.w.WriteByte('%')
+		c.w.WriteString(strconv.Itoa(n))
+		c.w.WriteString("\r\n")
+		return
+	}
+	c.writeArrayHeader(2 * n)
+}
+
+func (c *conn) writeInts(v ...int64) {
+	c.writeArrayHeader(len(v))
+	for _, i := range v {
+		c.writeInt(i)
+	}
+}
+
+func errArgs(cmd string) string {
+	return "ERR wrong number of arguments for '" + strings.ToLower(cmd) + "' command"
+}
+
+func parseInt(s string) (int64, bool) {
+	i, err := strconv.ParseInt(s, 10, 64)
+	return i, err == nil
+}
+
+// dispatch runs one command and reports whether to keep the connection.
+func (c *conn) dispatch(args []string) bool {
+	cmd := strings.ToUpper(args[0])
+	switch cmd {
+	case "QUIT":
+		c.writeSimple("OK")
+		return false
+	case "AUTH":
+		c.auth(args)
+		return true
+	case "HELLO":
+		c.hello(args)
+		return true
+	}
+	if !c.authed {
+		c.writeError("NOAUTH Authentication required.")
+		return true
+	}
+	ctx := context.Background()
+	switch cmd {
+	case "PING":
+		switch len(args) {
+		case 1:
+			c.writeSimple("PONG")
+		case 2:
+			c.writeBulk(args[1])
+		default:
+			c.writeError(errArgs(cmd))
+		}
+	case "ECHO":
+		if len(args) != 2 {
+			c.writeError(errArgs(cmd))
+			return true
+		}
+		c.writeBulk(args[1])
+	case "SELECT":
+		if len(args) != 2 {
+			c.writeError(errArgs(cmd))
+		} else if args[1] != "0" {
+			c.writeError("ERR DB index is out of range")
+		} else {
+			c.writeSimple("OK")
+		}
+	case "COMMAND":
+		if len(args) > 1 && strings.EqualFold(args[1], "COUNT") {
+			c.writeInt(int64(len(commandNames)))
+			return true
+		}
+		c.writeArrayHeader(0)
+	case "CLIENT":
+		c.client(args)
+	case "CL.THROTTLE":
+		c.throttle(ctx, args)
+	case "FG.CHECK":
+		c.check(ctx, args)
+	case "FG.RESET":
+		if len(args) != 3 {
+			c.writeError(errArgs(cmd))
+			return true
+		}
+		if err := c.s.svc.Reset(ctx, args[1], args[2]); err != nil {
+			c.writeError(errText(err))
+			return true
+		}
+		c.writeSimple("OK")
+	case "FG.RULES":
+		rules := c.s.svc.Config().Rules
+		c.writeArrayHeader(len(rules))
+		for _, r := range rules {
+			c.writeBulk(r.Name)
+		}
+	default:
+		var b strings.Builder
+		for _, a := range args[1:min(len(args), 4)] {
+			b.WriteString("'" + printable([]byte(a)) + "' ")
+		}
+		c.writeError(fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", printable([]byte(args[0])), b.String()))
+	}
+	return true
+}
+
+var commandNames = []string{"cl.throttle", "fg.check", "fg.reset", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
+
+func (c *conn) checkAuth(user, pass string) bool {
+	if c.s.token == "" {
+		return true
+	}
+	_ = user // any user name: the token is the secret
+	return subtle.ConstantTimeCompare([]byte(pass), []byte(c.s.token)) == 1
+}
+
+func (c *conn) auth(args []string) {
+	var user, pass string
+	switch len(args) {
+	case 2:
+		user, pass = "default", args[1]
+	case 3:
+		user, pass = args[1], args[2]
+	default:
+		c.writeError(errArgs("auth"))
+		return
+	}
+	if c.s.token == "" {
+		c.writeError("ERR AUTH called without any password configured for the default user. Are you sure your configuration is correct?")
+		return
+	}
+	if !c.checkAuth(user, pass) {
+		c.writeError("WRONGPASS invalid username-password pair or user is disabled.")
+		return
+	}
+	c.authed = true
+	c.writeSimple("OK")
+}
+
+func (c *conn) hello(args []string) {
+	proto := c.proto
+	if len(args) > 1 {
+		v, ok := parseInt(args[1])
+		if !ok {
+			c.writeError("ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if v != 2 && v != 3 {
+			c.writeError("NOPROTO unsupported protocol version")
+			return
+		}
+		proto = int(v)
+		for i := 2; i < len(args); i++ {
+			switch strings.ToUpper(args[i]) {
+			case "AUTH":
+				if i+2 >= len(args) {
+					c.writeError("ERR Syntax error in HELLO option 'auth'")
+					return
+				}
+				if c.s.token != "" && !c.checkAuth(args[i+1], args[i+2]) {
+					c.writeError("WRONGPASS invalid username-password pair or user is disabled.")
+					return
+				}
+				c.authed = true
+				i += 2
+			case "SETNAME":
+				if i+1 >= len(args) {
+					c.writeError("ERR Syntax error in HELLO option 'setname'")
+					return
+				}
+				i++
+			default:
+				c.writeError("ERR Syntax error in HELLO option '" + printable([]byte(args[i])) + "'")
+				return
+			}
+		}
+	}
+	if !c.authed {
+		c.writeError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	c.proto = proto
+	c.writeMapHeader(7)
+	c.writeBulk("server")
+	c.writeBulk("floodgate")
+	c.writeBulk("version")
+	c.writeBulk(c.s.version)
+	c.writeBulk("proto")
+	c.writeInt(int64(c.proto))
+	c.writeBulk("id")
+	c.writeInt(c.id)
+	c.writeBulk("mode")
+	c.writeBulk("standalone")
+	c.writeBulk("role")
+	c.writeBulk("master")
+	c.writeBulk("modules")
+	c.writeArrayHeader(0)
+}
+
+func (c *conn) client(args []string) {
+	if len(args) < 2 {
+		c.writeError(errArgs("client"))
+		return
+	}
+	switch strings.ToUpper(args[1]) {
+	case "ID":
+		c.writeInt(c.id)
+	case "SETNAME", "SETINFO", "NO-EVICT", "NO-TOUCH":
+		c.writeSimple("OK")
+	case "GETNAME":
+		c.writeBulk("")
+	default:
+		c.writeError("ERR unknown subcommand '" + printable([]byte(args[1])) + "'. Try CLIENT HELP.")
+	}
+}
+
+func errText(err error) string {
+	switch {
+	case errors.Is(err, service.ErrUnknownRule), errors.Is(err, service.ErrBadRequest):
+		return "ERR " + err.Error()
+	}
+	return "ERR store failed: " + err.Error()
+}
+
+func (c *conn) throttle(ctx context.Context, args []string) {
+	if len(args) != 5 && len(args) != 6 {
+		c.writeError(errArgs(args[0]))
+		return
+	}
+	var v [4]int64
+	v[3] = 1
+	for i, a := range args[2:] {
+		n, ok := parseInt(a)
+		if !ok {
+			c.writeError("ERR value is not an integer or out of range")
+			return
+		}
+		v[i] = n
+	}
+	res, err := c.s.svc.Throttle(ctx, args[1], v[0], v[1], v[2], v[3])
+	if err != nil {
+		c.writeError(errText(err))
+		return
+	}
+	c.writeDecision(res.Allowed, res, time.Second)
+}
+
+// writeDecision writes redis-cell's five integers: limited, limit,
+// remaining, retry_after (-1 when allowed or never) and reset_after, the
+// times in unit, rounded up.
+func (c *conn) writeDecision(allowed bool, res floodgate.Result, unit time.Duration) {
+	limited, retry := int64(0), int64(-1)
+	if !allowed {
+		limited = 1
+		if res.RetryAfter != floodgate.Never {
+			retry = ceilDiv(res.RetryAfter, unit)
+		}
+	}
+	c.writeInts(limited, res.Limit, res.Remaining, retry, ceilDiv(res.ResetAfter, unit))
+}
+
+func ceilDiv(d, unit time.Duration) int64 {
+	q := int64(d / unit)
+	if d%unit != 0 {
+		q++
+	}
+	return q
+}
+
+func (c *conn) check(ctx context.Context, args []string) {
+	if len(args) != 3 && len(args) != 4 {
+		c.writeError(errArgs(args[0]))
+		return
+	}
+	cost := int64(1)
+	if len(args) == 4 {
+		n, ok := parseInt(args[3])
+		if !ok {
+			c.writeError("ERR value is not an integer or out of range")
+			return
+		}
+		cost = n
+	}
+	d, err := c.s.svc.Check(ctx, args[1], args[2], cost)
+	if err != nil {
+		c.writeError(errText(err))
+		return
+	}
+	c.writeDecision(d.Allowed, d.Result, time.Millisecond)
+}

@@ -1,0 +1,208 @@
+// Package service is the core of floodgate serve: it decides requests
+// against the configured rules over one store, swaps in new rules
+// atomically, and counts what it does. The HTTP and RESP servers are thin
+// layers over it.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/metrics"
+)
+
+// The service's own errors; both are the caller's fault.
+var (
+	// ErrUnknownRule: no rule has the name asked for.
+	ErrUnknownRule = errors.New("unknown rule")
+	// ErrBadRequest: a parameter is out of range.
+	ErrBadRequest = errors.New("bad request")
+)
+
+// MaxKeyLen is the longest key a client may send, in bytes. The store
+// keys are longer: they carry the rule's name.
+const MaxKeyLen = 512
+
+// Decision is the outcome of a check against a rule.
+type Decision struct {
+	Rule   string
+	Shadow bool // the rule is in shadow mode: Allowed is true whatever Result says
+	// Allowed is what the caller should do: Result.Allowed, or true for a
+	// shadow rule.
+	Allowed bool
+	Result  floodgate.Result
+}
+
+// Service decides requests against the current rules. It is safe for
+// concurrent use.
+type Service struct {
+	store    floodgate.Store
+	fallback *fallback.Store // nil without Redis
+	cfg      atomic.Pointer[config.Config]
+	log      *slog.Logger
+
+	Metrics   *metrics.Registry
+	decisions *metrics.CounterVec
+	latency   *metrics.Histogram
+	reloads   *metrics.CounterVec
+	lastOK    atomic.Int64 // unix seconds of the last good (re)load
+}
+
+// New returns a Service over store with the rules cfg. fb, when not nil,
+// is the fallback store that store is or wraps, whose state is reported.
+func New(store floodgate.Store, fb *fallback.Store, cfg *config.Config, log *slog.Logger) *Service {
+	s := &Service{store: store, fallback: fb, log: log, Metrics: &metrics.Registry{}}
+	s.cfg.Store(cfg)
+	s.lastOK.Store(time.Now().Unix())
+	m := s.Metrics
+	s.decisions = m.NewCounterVec("floodgate_decisions_total", "Decisions by rule and outcome (allowed, denied, shadow_denied, error).", "rule", "outcome")
+	s.latency = m.NewHistogram("floodgate_store_latency_seconds", "Time the store took to decide.",
+		[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})
+	s.reloads = m.NewCounterVec("floodgate_config_reloads_total", "Rule file reloads by result (success, failure).", "result")
+	m.NewGaugeFunc("floodgate_config_last_reload_success_timestamp_seconds", "When the rules in use were loaded.", func() float64 { return float64(s.lastOK.Load()) })
+	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.cfg.Load().Rules)) })
+	m.NewGaugeFunc("floodgate_fallback_degraded", "1 while the Redis store is failing and decisions follow the fallback policy, else 0.", func() float64 {
+		if fb != nil && fb.State() == fallback.Degraded {
+			return 1
+		}
+		return 0
+	})
+	m.NewCounterFunc("floodgate_fallback_switches_total", "Switches between Redis and the fallback policy.", func() uint64 {
+		if fb == nil {
+			return 0
+		}
+		return fb.Stats().Switches
+	})
+	m.NewCounterFunc("floodgate_fallback_decisions_total", "Decisions answered by the fallback policy.", func() uint64 {
+		if fb == nil {
+			return 0
+		}
+		return fb.Stats().Fallbacks
+	})
+	return s
+}
+
+// Config returns the rules in use.
+func (s *Service) Config() *config.Config { return s.cfg.Load() }
+
+// Reload loads the rules file at path and swaps it in. When the file is
+// invalid it returns the error, logs it, counts it, and keeps the rules in
+// use.
+func (s *Service) Reload(path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		s.reloads.Add(1, "failure")
+		s.log.Error("floodgate: rules file invalid; keeping the rules in use", "file", path, "error", err.Error())
+		return err
+	}
+	s.cfg.Store(cfg)
+	s.reloads.Add(1, "success")
+	s.lastOK.Store(time.Now().Unix())
+	s.log.Info("floodgate: rules reloaded", "file", path, "rules", len(cfg.Rules))
+	return nil
+}
+
+// ReloadCount returns how many reloads succeeded and failed.
+func (s *Service) ReloadCount() (ok, failed uint64) {
+	return s.reloads.Get("success"), s.reloads.Get("failure")
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrBadRequest)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key is %d bytes, more than the maximum %d", ErrBadRequest, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// Check decides a request of cost on key under the rule called rule.
+func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Decision, error) {
+	r, ok := s.cfg.Load().Rule(rule)
+	if !ok {
+		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	if cost < 0 {
+		return Decision{}, fmt.Errorf("%w: cost must not be negative, got %d", ErrBadRequest, cost)
+	}
+	res, err := s.take(ctx, "r:"+rule+":"+key, r.Limits, cost)
+	if err != nil {
+		s.decisions.Add(1, rule, "error")
+		return Decision{}, err
+	}
+	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res}
+	switch {
+	case res.Allowed:
+		s.decisions.Add(1, rule, "allowed")
+	case r.Shadow:
+		s.decisions.Add(1, rule, "shadow_denied")
+	default:
+		s.decisions.Add(1, rule, "denied")
+	}
+	return d, nil
+}
+
+func (s *Service) take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
+	start := time.Now()
+	res, err := s.store.Take(ctx, key, limits, n)
+	s.latency.Observe(time.Since(start).Seconds())
+	return res, err
+}
+
+// Reset refills key under rule.
+func (s *Service) Reset(ctx context.Context, rule, key string) error {
+	r, ok := s.cfg.Load().Rule(rule)
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	return s.store.Reset(ctx, "r:"+rule+":"+key, r.Limits)
+}
+
+// Throttle is redis-cell's CL.THROTTLE: a GCRA limit of count per period
+// seconds with bursts of maxBurst, on key, for a request of quantity. Its
+// keys are apart from the rules' keys.
+func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, period, quantity int64) (floodgate.Result, error) {
+	if err := checkKey(key); err != nil {
+		return floodgate.Result{}, err
+	}
+	if period < 1 || period > int64(floodgate.MaxPeriod/time.Second) {
+		return floodgate.Result{}, fmt.Errorf("%w: period must be from 1 to %d seconds, got %d", ErrBadRequest, int64(floodgate.MaxPeriod/time.Second), period)
+	}
+	if quantity < 0 {
+		return floodgate.Result{}, fmt.Errorf("%w: quantity must not be negative, got %d", ErrBadRequest, quantity)
+	}
+	l := floodgate.GCRA(maxBurst, count, time.Duration(period)*time.Second)
+	if err := l.Validate(); err != nil {
+		return floodgate.Result{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	res, err := s.take(ctx, "cell:"+key, []floodgate.Limit{l}, quantity)
+	outcome := "allowed"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case !res.Allowed:
+		outcome = "denied"
+	}
+	s.decisions.Add(1, "CL.THROTTLE", outcome)
+	return res, err
+}
+
+// Ready reports whether decisions are being made by the configured store
+// (true), or by the fallback policy while Redis fails (false).
+func (s *Service) Ready() bool {
+	return s.fallback == nil || s.fallback.State() == fallback.Primary
+}
