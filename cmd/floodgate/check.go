@@ -149,6 +149,9 @@ func validate(path string, stdout, stderr io.Writer) int {
 	for _, r := range cfg.Rules {
 		var ls []string
 		for _, l := range r.Limits {
+			if l.Name() == r.Name {
+				l = l.Named("") // a one-limit rule's limit carries the rule's name
+			}
 			ls = append(ls, l.String())
 		}
 		shadow := ""
