@@ -56,15 +56,23 @@ type state struct {
 	log     []mark
 }
 
+// delta is what step computes for commit to apply: a state without the
+// sliding log's marks. It is small enough to come back in registers, with
+// the verdict, which matters on the hot path.
+type delta struct {
+	kind    kind
+	a, b, c int64
+}
+
 // mark is one entry of a sliding log: n units admitted at time at (µs).
 type mark struct{ at, n int64 }
 
 // step decides a request of cost n >= 0 at time now (µs) against l, given
 // the key's state s for l. A cost of 0 is a peek: always allowed, never
 // charged.
-func (l *Limit) step(s *state, now, n int64) (verdict, state) {
+func (l *Limit) step(s *state, now, n int64) (verdict, delta) {
 	var v verdict
-	var next state
+	var next delta
 	switch l.alg.kind() {
 	case kindBucket:
 		v, next = l.stepBucket(s, now, n)
@@ -85,10 +93,10 @@ func (l *Limit) step(s *state, now, n int64) (verdict, state) {
 // commit applies the outcome of step to s. charged says whether the
 // request is charged (it was allowed by every limit and costs more than
 // 0). A sliding log drops its expired marks either way.
-func commit(s *state, next state, n int64, charged bool) {
+func commit(s *state, next delta, n int64, charged bool) {
 	if next.kind != kindLog {
 		if charged {
-			*s = next
+			s.kind, s.a, s.b, s.c = next.kind, next.a, next.b, next.c
 		}
 		return
 	}
@@ -117,7 +125,7 @@ func commit(s *state, next state, n int64, charged bool) {
 // T and τ are not rounded: TAT is kept as a whole number of microseconds
 // plus a fraction in 1/rate microseconds, so 3 per second admits exactly 3
 // per second forever, not 3.000003.
-func (l *Limit) stepBucket(s *state, now, n int64) (verdict, state) {
+func (l *Limit) stepBucket(s *state, now, n int64) (verdict, delta) {
 	R := l.rate
 	tat, f := s.a, s.b
 	if s.c != R {
@@ -132,11 +140,14 @@ func (l *Limit) stepBucket(s *state, now, n int64) (verdict, state) {
 		tat, f = now, 0
 	}
 	var v verdict
-	next := state{a: tat, b: f, c: R}
+	next := delta{a: tat, b: f, c: R}
 	if n > l.quota {
 		v.retry = never
 	} else {
-		iq, ir := mulDiv(n, l.period, R)
+		iq, ir := l.tq, l.tr // n*T for the common n = 1, precomputed
+		if n != 1 {
+			iq, ir = mulDiv(n, l.period, R)
+		}
 		nt, nf := tat+iq, f+ir
 		if nf >= R {
 			nt, nf = nt+1, nf-R
@@ -180,7 +191,7 @@ func (l *Limit) stepBucket(s *state, now, n int64) (verdict, state) {
 // stepFixed is the fixed window counter. A state from a later window than
 // now (the clock went backwards) keeps counting in that window: going back
 // in time never opens a fresh window.
-func (l *Limit) stepFixed(s *state, now, n int64) (verdict, state) {
+func (l *Limit) stepFixed(s *state, now, n int64) (verdict, delta) {
 	start, end := l.window(max(now, s.a))
 	count := int64(0)
 	if s.a == start {
@@ -200,7 +211,7 @@ func (l *Limit) stepFixed(s *state, now, n int64) (verdict, state) {
 	if count > 0 {
 		v.reset = end - now
 	}
-	return v, state{a: start, b: count}
+	return v, delta{a: start, b: count}
 }
 
 // window returns the fixed window [start, end) that contains t, in µs.
@@ -238,7 +249,7 @@ func calendarWindow(t time.Time, c Calendar) (start, end time.Time) {
 //	ceil(previous * (W - e) / W) + current
 //
 // and a request of cost n passes when estimate + n <= limit.
-func (l *Limit) stepSliding(s *state, now, n int64) (verdict, state) {
+func (l *Limit) stepSliding(s *state, now, n int64) (verdict, delta) {
 	W, L := l.period, l.quota
 	t := max(now, s.a)
 	_, e := floorDiv(t, W)
@@ -272,7 +283,7 @@ func (l *Limit) stepSliding(s *state, now, n int64) (verdict, state) {
 	case est > 0:
 		v.reset = cur + W - now
 	}
-	return v, state{a: cur, b: prev, c: curr}
+	return v, delta{a: cur, b: prev, c: curr}
 }
 
 // slidingAllowAt returns the first time (µs) at which a request of cost
@@ -295,7 +306,7 @@ func slidingAllowAt(cur, W, L, prev, curr, n int64) int64 {
 // (now - W, now]. Its time never goes backwards: now is taken as at least
 // the newest mark, so a clock that jumps back cannot make marks expire
 // early.
-func (l *Limit) stepLog(s *state, now, n int64) (verdict, state) {
+func (l *Limit) stepLog(s *state, now, n int64) (verdict, delta) {
 	W, L := l.period, l.quota
 	t := now
 	if k := len(s.log); k > 0 && s.log[k-1].at > t {
@@ -340,5 +351,5 @@ func (l *Limit) stepLog(s *state, now, n int64) (verdict, state) {
 	case total > 0:
 		v.reset = s.log[len(s.log)-1].at + W - now
 	}
-	return v, state{a: int64(lo), b: t, c: total}
+	return v, delta{a: int64(lo), b: t, c: total}
 }

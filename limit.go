@@ -281,7 +281,10 @@ func (l Limit) Named(name string) Limit {
 
 // Validate returns nil when l is usable, or an error wrapping
 // ErrInvalidLimit that says which parameter is wrong.
-func (l Limit) Validate() error {
+func (l Limit) Validate() error { return l.validate() }
+
+// validate is Validate without copying the Limit, for the hot path.
+func (l *Limit) validate() error {
 	if l.err != nil {
 		return l.err
 	}

@@ -61,7 +61,32 @@ var _ Store = (*MemoryStore)(nil)
 type memShard struct {
 	mu sync.Mutex
 	m  map[string]*memEntry
-	_  [40]byte // keeps neighbouring shards' locks off one cache line
+	// last is the entry of lastKey, the key this shard found last: a hot
+	// key skips the map lookup (and its second hash of the key). It is
+	// cleared whenever lastKey leaves the map.
+	last    *memEntry
+	lastKey string
+	_       [16]byte // keeps neighbouring shards' locks off one cache line
+}
+
+// get returns key's entry, or nil. The shard is locked.
+func (sh *memShard) get(key string) *memEntry {
+	if sh.last != nil && sh.lastKey == key {
+		return sh.last
+	}
+	e := sh.m[key]
+	if e != nil {
+		sh.last, sh.lastKey = e, key
+	}
+	return e
+}
+
+// remove deletes key. The shard is locked.
+func (sh *memShard) remove(key string) {
+	if sh.last != nil && sh.lastKey == key {
+		sh.last, sh.lastKey = nil, ""
+	}
+	delete(sh.m, key)
 }
 
 type memEntry struct {
@@ -128,12 +153,15 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n in
 		return Result{}, err
 	}
 	now := unixMicro(s.clock.Now())
+	if len(limits) == 1 {
+		return s.takeOne(key, &limits[0], now, n), nil
+	}
 	var vs [MaxLimits]verdict
-	var next [MaxLimits]state
+	var next [MaxLimits]delta
 
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
-	e := sh.m[key]
+	e := sh.get(key)
 	if e != nil && len(e.states) != len(limits) {
 		e.resize(len(limits))
 	}
@@ -167,16 +195,48 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n in
 	}
 	sh.mu.Unlock()
 
-	if len(limits) == 1 {
-		r := vs[0].export()
-		return Result{Allowed: r.Allowed, Limit: limits[0].quota, Remaining: r.Remaining,
-			RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}, nil
-	}
 	var out [MaxLimits]Verdict
 	for i := range limits {
 		out[i] = vs[i].export()
 	}
 	return Combine(limits, out[:len(limits)]), nil
+}
+
+// takeOne is Take for a key with one limit: the common case, without the
+// arrays that several limits need.
+func (s *MemoryStore) takeOne(key string, l *Limit, now, n int64) Result {
+	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh.mu.Lock()
+	e := sh.get(key)
+	var st *state
+	var zero state
+	if e != nil {
+		if len(e.states) != 1 {
+			e.resize(1)
+		}
+		st = &e.states[0]
+		if st.kind != l.alg.kind() {
+			*st = state{}
+		}
+	} else {
+		st = &zero
+	}
+	v, next := l.step(st, now, n)
+	charged := v.allowed && n > 0
+	if e == nil && charged {
+		e = &memEntry{states: make([]state, 1)}
+		s.insert(sh, key, e, now)
+	}
+	if e != nil {
+		commit(&e.states[0], next, n, charged)
+		e.full = now + v.reset
+	}
+	sh.mu.Unlock()
+	r := Result{Allowed: v.allowed, Limit: l.quota, Remaining: v.remaining, ResetAfter: usToDuration(v.reset)}
+	if !v.allowed {
+		r.RetryAfter = usToDuration(v.retry)
+	}
+	return r
 }
 
 func (e *memEntry) resize(n int) {
@@ -194,7 +254,7 @@ func (s *MemoryStore) insert(sh *memShard, key string, e *memEntry, now int64) {
 		freed, seen := false, 0
 		for k, v := range sh.m {
 			if v.full <= now {
-				delete(sh.m, k)
+				sh.remove(k)
 				freed = true
 			} else if victim == "" || v.full < victimFull {
 				victim, victimFull = k, v.full
@@ -204,11 +264,12 @@ func (s *MemoryStore) insert(sh *memShard, key string, e *memEntry, now int64) {
 			}
 		}
 		if !freed && victim != "" {
-			delete(sh.m, victim)
+			sh.remove(victim)
 			s.evictions.Add(1)
 		}
 	}
 	sh.m[key] = e
+	sh.last, sh.lastKey = e, key
 }
 
 // Reset implements Store: it forgets key.
@@ -221,7 +282,7 @@ func (s *MemoryStore) Reset(ctx context.Context, key string, limits []Limit) err
 	}
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
-	delete(sh.m, key)
+	sh.remove(key)
 	sh.mu.Unlock()
 	return nil
 }
@@ -236,7 +297,7 @@ func (s *MemoryStore) Sweep() int {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.full <= now {
-				delete(sh.m, k)
+				sh.remove(k)
 				removed++
 			}
 		}

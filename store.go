@@ -65,7 +65,7 @@ func CheckKey(key string, limits []Limit) error {
 		return fmt.Errorf("%w: %d limits given, at most %d are allowed", ErrNoLimits, len(limits), MaxLimits)
 	}
 	for i := range limits {
-		if err := limits[i].Validate(); err != nil {
+		if err := limits[i].validate(); err != nil {
 			if len(limits) > 1 {
 				return fmt.Errorf("limit %d: %w", i, err)
 			}
