@@ -62,11 +62,15 @@ const (
 	// SourceFailClosed is a fallback's fail-closed policy: the primary
 	// store failed and the request was denied without a decision.
 	SourceFailClosed
+	// SourceCache is the Redis store's local denial cache: Redis denied
+	// the same request on the same key a moment ago, and nothing but time
+	// can change that (see redisstore.Options.DenialCache).
+	SourceCache
 )
 
-var sourceNames = [...]string{"store", "local", "fail-open", "fail-closed"}
+var sourceNames = [...]string{"store", "local", "fail-open", "fail-closed", "cache"}
 
-// String returns "store", "local", "fail-open" or "fail-closed".
+// String returns "store", "local", "fail-open", "fail-closed" or "cache".
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
 		return sourceNames[s]

@@ -258,6 +258,7 @@ func TestGoZeroVectors(t *testing.T) {
 		r.srv.Kill()
 		limits := []floodgate.Limit{floodgate.FixedWindow(5, time.Second)}
 		rs := redisstore.New(r.client, nil)
+		defer rs.Close()
 		if _, err := rs.Take(context.Background(), "first", limits, 1); !errors.Is(err, floodgate.ErrStore) {
 			t.Errorf("redis store on a dead Redis: err = %v, want ErrStore", err)
 		}

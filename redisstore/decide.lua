@@ -1,18 +1,24 @@
--- floodgate: decide one request against one or more limits, atomically.
+-- floodgate: decide a batch of requests, each against one or more limits,
+-- each atomically, one after the other, exactly as if each had been a
+-- script call of its own.
 -- A line-for-line mirror of algo.go: change both together; the conformance
 -- suite and the differential fuzz test hold them to identical results.
 --
--- KEYS[i]  the state of limit i (a string, or a sorted set for a sliding log)
--- ARGV[1]  now in microseconds, or -1 to use the server's TIME
--- ARGV[2]  the cost n (n = 0 peeks)
--- ARGV[3]  milliseconds added to every expiry (0 with server time)
--- then 7 values per limit: kind, quota, rate, period, c0, c1, c2
+-- KEYS     the keys of every request in order: for each, the state of its
+--          limit i (a string, or a sorted set for a sliding log)
+-- ARGV[1]  milliseconds added to every expiry (0 with server time)
+-- ARGV[2]  the number of requests
+-- then for each request: its number of limits, the cost n (n = 0 peeks),
+-- now in microseconds (or -1 for the server's TIME), and 7 values per
+-- limit: kind, quota, rate, period, c0, c1, c2
 --   kind: 1 bucket, 2 fixed window, 3 sliding window counter, 4 sliding log
 --   c0, c1, c2: for a calendar window, [c0, c1) is the window that
 --   contains the client's now and [c1, c2) the next one (Lua has no time
 --   zones, so the client computes them); 0 for every other limit.
--- Returns 4 integers per limit: allowed (0/1), remaining, retry (µs, -1
--- never), reset (µs).
+-- Returns, for each request in order, 4 integers per limit: allowed (0/1),
+-- remaining, retry (µs, -1 never), reset (µs); or, for a request whose
+-- state is not floodgate's, one string: the error. Other requests of the
+-- batch are unaffected.
 --
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
@@ -79,20 +85,18 @@ local function window(t, period, c0, c1, c2)
   return c1, c2
 end
 
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local n = tonumber(ARGV[2])
-local extra = tonumber(ARGV[3])
-local nk = #KEYS
-local out, writes = {}, {}
+local extra = tonumber(ARGV[1])
+
+-- decide decides one request of cost n at now against the nk limits whose
+-- keys follow KEYS[k0] and whose arguments follow ARGV[a0], and appends its
+-- results to out. It returns nil, or an error reply (and appends nothing).
+local function decide(k0, nk, n, now, a0, out)
+local res, writes = {}, {}
 local allowedAll = true
 
 for i = 1, nk do
-  local key = KEYS[i]
-  local a = 3 + (i - 1) * 7
+  local key = KEYS[k0 + i]
+  local a = a0 + (i - 1) * 7
   local kind, L, R, P = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local c0, c1, c2 = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
   local allowed, remaining, retry, reset = false, 0, 0, 0
@@ -231,16 +235,16 @@ for i = 1, nk do
   if n == 0 then allowed, retry = true, 0 end
   if not allowed then allowedAll = false end
   writes[i] = w
-  out[#out + 1] = allowed and 1 or 0
-  out[#out + 1] = remaining
-  out[#out + 1] = retry
-  out[#out + 1] = reset
+  res[#res + 1] = allowed and 1 or 0
+  res[#res + 1] = remaining
+  res[#res + 1] = retry
+  res[#res + 1] = reset
 end
 
 if allowedAll and n > 0 then
   for i = 1, nk do
     local w = writes[i]
-    local ttl = math.floor((out[(i - 1) * 4 + 4] + 999) / 1000) + extra
+    local ttl = math.floor((res[(i - 1) * 4 + 4] + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
     if w[1] == 'SET' then
       redis.call('SET', w[2], w[3], 'PX', ttl)
@@ -262,5 +266,26 @@ if allowedAll and n > 0 then
       redis.call('PEXPIRE', key, ttl)
     end
   end
+end
+for j = 1, #res do out[#out + 1] = res[j] end
+return nil
+end
+
+local servernow -- the server's TIME in µs, read once per batch
+local out = {}
+local k0, a = 0, 2
+for r = 1, tonumber(ARGV[2]) do
+  local nk, n, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  if now < 0 then
+    if not servernow then
+      local t = redis.call('TIME')
+      servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+    now = servernow
+  end
+  local err = decide(k0, nk, n, now, a + 3, out)
+  if err then out[#out + 1] = err.err end
+  k0 = k0 + nk
+  a = a + 3 + 7 * nk
 end
 return out

@@ -52,15 +52,42 @@ type Options struct {
 	// Redis's own expiry clock, so keys are then kept ten minutes longer
 	// than they need to be. Default: nil, server time.
 	Clock floodgate.Clock
+	// DisableBatching sends every decision in a script call of its own.
+	// By default, decisions made while others are in flight are sent
+	// together, in one script call per Cluster slot, which multiplies
+	// throughput under concurrency; a decision that finds nothing in
+	// flight is sent at once, so batching adds no latency to a lone
+	// caller. Results are the same either way.
+	DisableBatching bool
+	// MaxInflight is how many script calls (batches) may be in flight at
+	// once. Default: 2.
+	MaxInflight int
+	// MaxBatch is the most decisions in one batch. Default: 128.
+	MaxBatch int
+	// DenialCache answers locally, without a round trip, a request that
+	// Redis denied a moment ago: same key, same limits, same cost, before
+	// the retry-after Redis gave has passed. The answer is
+	// the one Redis would give, since nothing but time can let such a
+	// request pass; it covers the token bucket, leaky bucket, GCRA, fixed
+	// window and sliding log, not the sliding window counter (whose retry
+	// is estimated). Such results have Source floodgate.SourceCache, the
+	// Remaining of the denial, and RetryAfter less the time since. It
+	// cuts the cost of abusive clients hammering a denied key. A Reset
+	// of the key by another process is not seen until the retry-after
+	// passes. Default: off.
+	DenialCache bool
 }
 
 // Store is a floodgate.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	client   redis.UniversalClient
+	cluster  bool
 	prefix   string
 	clock    floodgate.Clock
 	extraTTL int64 // ms added to every expiry
 	owned    bool
+	batch    *batcher // nil when batching is off
+	denials  *denials // nil when the denial cache is off
 	closed   atomic.Bool
 }
 
@@ -71,7 +98,9 @@ var _ floodgate.Store = (*Store)(nil)
 const injectedClockTTL = 10 * time.Minute
 
 // New returns a Store on client, which may be a standalone, Sentinel
-// (failover) or Cluster client. Closing the Store does not close client.
+// (failover) or Cluster client. Unless batching is disabled it starts
+// MaxInflight goroutines that Close stops; closing the Store does not
+// close client.
 //
 // Build the client with ContextTimeoutEnabled: true, so that a context's
 // deadline bounds the wait for a reply; without it go-redis waits up to
@@ -86,11 +115,32 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 		o.Prefix = "floodgate:"
 	}
 	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock}
+	_, s.cluster = client.(*redis.ClusterClient)
 	if o.Clock != nil {
 		s.extraTTL = injectedClockTTL.Milliseconds()
 	}
+	if o.DenialCache {
+		now := time.Now
+		if o.Clock != nil {
+			now = o.Clock.Now
+		}
+		s.denials = newDenials(now)
+	}
+	if !o.DisableBatching {
+		if o.MaxInflight <= 0 {
+			o.MaxInflight = 2
+		}
+		if o.MaxBatch <= 0 {
+			o.MaxBatch = 128
+		}
+		s.batch = newBatcher(s, o.MaxInflight, o.MaxBatch, batchTimeout)
+	}
 	return s
 }
+
+// batchTimeout bounds a batch's script call. Each caller waits no longer
+// than its own context allows.
+const batchTimeout = 5 * time.Second
 
 // NewFromURL returns a Store on a new client for url, which Close closes:
 // redis://[user:password@]host:port[/db], or rediss:// for TLS, with
@@ -157,14 +207,21 @@ func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, 
 	if s.closed.Load() {
 		return floodgate.Result{}, floodgate.ErrClosed
 	}
+	var sent time.Time
+	if s.denials != nil {
+		if res, ok := s.denials.get(key, limits, n); ok {
+			return res, nil
+		}
+		sent = s.denials.now()
+	}
 	now := int64(-1)
 	var clientNow time.Time
 	if s.clock != nil {
 		clientNow = s.clock.Now()
 		now = clientNow.UnixMicro()
 	}
-	args := make([]any, 0, 3+7*len(limits))
-	args = append(args, now, n, s.extraTTL)
+	c := &call{ctx: ctx, keys: s.keys(key, limits), nk: len(limits), args: make([]any, 0, 3+7*len(limits))}
+	c.args = append(c.args, len(limits), n, now)
 	for _, l := range limits {
 		kind, _ := kindOf(l.Algorithm())
 		var c0, c1, c2 int64
@@ -176,25 +233,39 @@ func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, 
 			_, next := l.Window(end)
 			c0, c1, c2 = start.UnixMicro(), end.UnixMicro(), next.UnixMicro()
 		}
-		args = append(args, kind, l.Quota(), l.Rate(), l.Period().Microseconds(), c0, c1, c2)
+		c.args = append(c.args, kind, l.Quota(), l.Rate(), l.Period().Microseconds(), c0, c1, c2)
 	}
-	out, err := decideScript.Run(ctx, s.client, s.keys(key, limits), args...).Int64Slice()
+	var err error
+	if s.batch != nil {
+		if s.cluster {
+			c.slot = slotOf(c.keys[0])
+		}
+		err = s.batch.do(c)
+	} else {
+		s.send(ctx, []*call{c})
+		err = c.err
+	}
 	if err != nil {
-		return floodgate.Result{}, s.wrap(ctx, err)
-	}
-	if len(out) != 4*len(limits) {
-		return floodgate.Result{}, fmt.Errorf("%w: script returned %d values for %d limits", floodgate.ErrStore, len(out), len(limits))
+		return floodgate.Result{}, err
 	}
 	var buf [floodgate.MaxLimits]floodgate.Verdict
 	vs := buf[:len(limits)]
 	for i := range vs {
-		v := out[4*i:]
+		v := c.out[4*i:]
 		vs[i] = floodgate.Verdict{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: usDuration(v[3])}
 		if v[0] != 1 {
 			vs[i].RetryAfter = usDuration(v[2])
 		}
 	}
-	return floodgate.Combine(limits, vs), nil
+	res := floodgate.Combine(limits, vs)
+	if s.denials != nil && n > 0 {
+		if res.Allowed {
+			s.denials.forget(key) // the state moved: a cached retry would be stale
+		} else {
+			s.denials.put(key, limits, n, sent, res)
+		}
+	}
+	return res, nil
 }
 
 func usDuration(us int64) time.Duration {
@@ -217,6 +288,21 @@ func (s *Store) wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: redis: %w", floodgate.ErrStore, err)
 }
 
+// Stats are counters of a Store's traffic to Redis.
+type Stats struct {
+	Decisions   uint64 // decisions sent (each Take is one)
+	ScriptCalls uint64 // script calls that carried them
+}
+
+// Stats returns the Store's counters; with batching off they are zero.
+// Decisions / ScriptCalls is the mean batch size.
+func (s *Store) Stats() Stats {
+	if s.batch == nil {
+		return Stats{}
+	}
+	return Stats{Decisions: s.batch.decisions.Load(), ScriptCalls: s.batch.scripts.Load()}
+}
+
 // Reset implements floodgate.Store: it deletes key's Redis keys.
 func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit) error {
 	if err := floodgate.CheckKey(key, limits); err != nil {
@@ -224,6 +310,9 @@ func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit)
 	}
 	if s.closed.Load() {
 		return floodgate.ErrClosed
+	}
+	if s.denials != nil {
+		s.denials.forget(key)
 	}
 	if err := s.client.Del(ctx, s.keys(key, limits)...).Err(); err != nil {
 		return s.wrap(ctx, err)
@@ -234,7 +323,13 @@ func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit)
 // Close makes further calls fail with floodgate.ErrClosed, and closes the
 // client if NewFromURL made it. It is safe to call more than once.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) || !s.owned {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.batch != nil {
+		s.batch.close()
+	}
+	if !s.owned {
 		return nil
 	}
 	return s.client.Close()

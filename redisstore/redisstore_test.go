@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,18 +23,34 @@ var prefixes atomic.Int64
 // factory returns a storetest.NewStore whose stores share client, each
 // under its own key prefix so that scenarios running in parallel do not
 // meet.
-func factory(client redis.UniversalClient) storetest.NewStore {
+func factory(client redis.UniversalClient, opts ...func(*redisstore.Options)) storetest.NewStore {
 	return func(t *testing.T, clock floodgate.Clock) floodgate.Store {
-		return redisstore.New(client, &redisstore.Options{
-			Prefix: fmt.Sprintf("t%d:", prefixes.Add(1)),
-			Clock:  clock,
-		})
+		o := &redisstore.Options{Prefix: fmt.Sprintf("t%d:", prefixes.Add(1)), Clock: clock}
+		for _, f := range opts {
+			f(o)
+		}
+		return redisstore.New(client, o)
 	}
 }
 
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, factory(srv.Client(t)))
+}
+
+// Batching is on by default; the suite also holds with it off, and with
+// batches of two so that its concurrency check splits batches.
+func TestConformanceBatchOptions(t *testing.T) {
+	srv := redistest.Start(t)
+	t.Run("unbatched", func(t *testing.T) {
+		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DisableBatching = true }))
+	})
+	t.Run("denial-cache", func(t *testing.T) {
+		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DenialCache = true }))
+	})
+	t.Run("batches-of-2", func(t *testing.T) {
+		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.MaxBatch, o.MaxInflight = 2, 1 }))
+	})
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -236,5 +253,186 @@ func TestAccuracyUnderConcurrency(t *testing.T) {
 	}
 	if got < 0.99*bound {
 		t.Fatalf("admitted %.0f, less than 99%% of the bound %.0f", got, bound)
+	}
+}
+
+// TestBatching drives many goroutines over many keys of every algorithm on
+// a fixed clock, on a standalone server and on a cluster: every key admits
+// exactly its quota, whatever batches the decisions travelled in, and
+// batches did form.
+func TestBatching(t *testing.T) {
+	limits := [][]floodgate.Limit{
+		{floodgate.TokenBucket(1, time.Hour, 7)},
+		{floodgate.GCRA(6, 1, time.Hour)},
+		{floodgate.FixedWindow(7, time.Hour)},
+		{floodgate.SlidingLog(7, time.Hour)},
+		{floodgate.SlidingWindow(7, time.Hour)},
+		{floodgate.PerHour(7), floodgate.FixedWindow(100, time.Hour)},
+	}
+	clients := map[string]func(t *testing.T) redis.UniversalClient{
+		"standalone": func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) },
+		"cluster":    func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) },
+	}
+	for name, newClient := range clients {
+		t.Run(name, func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Base)
+			st := redisstore.New(newClient(t), &redisstore.Options{Clock: clock})
+			defer st.Close()
+			const keys, workers, tries = 30, 48, 40
+			var admitted [keys]atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range tries {
+						k := (w*tries + i) % keys
+						r, err := st.Take(context.Background(), fmt.Sprintf("k%d", k), limits[k%len(limits)], 1)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if r.Allowed {
+							admitted[k].Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			for k := range admitted {
+				if got := admitted[k].Load(); got != 7 {
+					t.Errorf("key %d (%v): admitted %d, want 7", k, limits[k%len(limits)], got)
+				}
+			}
+			s := st.Stats()
+			if s.Decisions != workers*tries || s.ScriptCalls >= s.Decisions {
+				t.Errorf("Stats = %+v: want %d decisions in fewer script calls", s, workers*tries)
+			}
+			t.Logf("%d decisions in %d script calls (%.1f per call)", s.Decisions, s.ScriptCalls, float64(s.Decisions)/float64(s.ScriptCalls))
+		})
+	}
+}
+
+// A key holding foreign data fails its own decisions, never the others
+// that share its batch.
+func TestBatchIsolatesErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	st := redisstore.New(client, &redisstore.Options{Prefix: "iso:"})
+	defer st.Close()
+	limits := []floodgate.Limit{floodgate.PerSecond(1000)}
+	if err := client.Set(context.Background(), "iso:{bad}:0b", "not floodgate", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var bad, good, goodErr atomic.Int64
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				key := fmt.Sprintf("good%d", w)
+				if (w+i)%4 == 0 {
+					key = "bad"
+				}
+				_, err := st.Take(context.Background(), key, limits, 1)
+				switch {
+				case key == "bad" && errors.Is(err, floodgate.ErrStore):
+					bad.Add(1)
+				case key == "bad":
+					t.Errorf("bad key: err = %v", err)
+				case err != nil:
+					goodErr.Add(1)
+				default:
+					good.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if goodErr.Load() != 0 || bad.Load() != 160 || good.Load() != 480 {
+		t.Errorf("bad %d (want 160 errors), good %d (want 480), good with errors %d", bad.Load(), good.Load(), goodErr.Load())
+	}
+}
+
+// slotOf must agree with the server's CLUSTER KEYSLOT.
+func TestSlotOf(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	node := redis.NewClient(&redis.Options{Addr: cluster.Addrs[0]})
+	defer node.Close()
+	for _, key := range []string{"a", "floodgate:{user:42}:0b", "{}x", "x{}y", "{a}{b}", "123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap"} {
+		want, err := node.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := redisstore.SlotOf(key); int64(got) != want {
+			t.Errorf("slotOf(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestDenialCache runs random sequences against two stores on one Redis
+// and one fixed clock, one with the denial cache and one without: every
+// decision and every RetryAfter must agree, and the cache must answer
+// some of them.
+func TestDenialCache(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	tests := []struct {
+		limits    []floodgate.Limit
+		cacheable bool
+	}{
+		{[]floodgate.Limit{floodgate.TokenBucket(3, time.Second, 5)}, true},
+		{[]floodgate.Limit{floodgate.GCRA(2, 7, time.Second)}, true},
+		{[]floodgate.Limit{floodgate.LeakyBucket(4, 1, 300*time.Millisecond)}, true},
+		{[]floodgate.Limit{floodgate.FixedWindow(5, time.Second)}, true},
+		{[]floodgate.Limit{floodgate.SlidingLog(4, time.Second)}, true},
+		{[]floodgate.Limit{floodgate.PerSecond(5), floodgate.FixedWindow(8, 3*time.Second)}, true},
+		{[]floodgate.Limit{floodgate.SlidingWindow(5, time.Second)}, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.limits[0].Algorithm().String(), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Base)
+			plain := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dp:", i), Clock: clock})
+			cached := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dc:", i), Clock: clock, DenialCache: true})
+			defer plain.Close()
+			defer cached.Close()
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			hits := 0
+			for step := range 600 {
+				clock.Advance(time.Duration(rng.IntN(60)) * time.Millisecond)
+				n := int64(rng.IntN(4))
+				if rng.IntN(50) == 0 {
+					n = 9 // more than any quota: never
+				}
+				key := fmt.Sprintf("k%d", rng.IntN(2))
+				want, err1 := plain.Take(context.Background(), key, tt.limits, n)
+				got, err2 := cached.Take(context.Background(), key, tt.limits, n)
+				if err1 != nil || err2 != nil {
+					t.Fatal(err1, err2)
+				}
+				if got.Source == floodgate.SourceCache {
+					hits++
+					if !tt.cacheable {
+						t.Fatalf("step %d: %v answered from the cache", step, tt.limits)
+					}
+				}
+				if got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter || got.Index != want.Index {
+					t.Fatalf("step %d (n=%d, %s): cached %+v, Redis %+v", step, n, key, got, want)
+				}
+				if got.Source != floodgate.SourceCache && got != want {
+					t.Fatalf("step %d: %+v != %+v", step, got, want)
+				}
+			}
+			if tt.cacheable && hits == 0 {
+				t.Error("the cache answered nothing")
+			}
+			t.Logf("%d of 600 answered from the cache", hits)
+		})
 	}
 }

@@ -1,0 +1,295 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// call is one decision on its way to Redis: its keys and its part of the
+// script's arguments, and, once done, its result.
+type call struct {
+	ctx  context.Context // the caller's, for a call sent on its own
+	keys []string
+	args []any // nk, n, now, then 7 per limit
+	nk   int
+	slot int // the Cluster slot of its keys; 0 outside a cluster
+
+	out   []int64 // 4 per limit
+	err   error
+	ready chan struct{} // closed when out or err is set
+}
+
+// batcher sends concurrent calls to Redis together. A call that finds
+// nothing in flight goes out at once, on its caller's goroutine, so one
+// goroutine never waits for a batch; calls that arrive while others are
+// in flight queue, and the next free worker sends everything queued in one
+// script call per Cluster slot (one EVALSHA on a standalone server). At
+// most maxInflight script calls (or pipelines) are in flight at once.
+type batcher struct {
+	s           *Store
+	maxInflight int
+	maxBatch    int
+	timeout     time.Duration
+
+	mu       sync.Mutex
+	pending  []*call
+	inflight int
+	closed   bool
+
+	scripts, decisions atomic.Uint64 // script calls made, decisions they carried
+
+	wake chan struct{} // a worker should look at pending
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration) *batcher {
+	b := &batcher{s: s, maxInflight: maxInflight, maxBatch: maxBatch, timeout: timeout,
+		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	for range maxInflight {
+		b.wg.Add(1)
+		go b.worker()
+	}
+	return b
+}
+
+// close stops the workers after they finish what they are sending; calls
+// still queued fail with floodgate.ErrClosed.
+func (b *batcher) close() {
+	close(b.stop)
+	b.wg.Wait()
+	b.mu.Lock()
+	b.closed = true
+	pending := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	for _, c := range pending {
+		c.err = floodgate.ErrClosed
+		close(c.ready)
+	}
+}
+
+func (b *batcher) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// do sends c and waits for its result, or for ctx to end.
+func (b *batcher) do(c *call) error {
+	b.mu.Lock()
+	if b.inflight == 0 && len(b.pending) == 0 {
+		// Nothing in flight: no reason to wait for company.
+		b.inflight++
+		b.mu.Unlock()
+		b.s.send(c.ctx, []*call{c})
+		b.finished()
+		return c.err
+	}
+	if b.closed {
+		b.mu.Unlock()
+		return floodgate.ErrClosed
+	}
+	c.ready = make(chan struct{})
+	b.pending = append(b.pending, c)
+	b.mu.Unlock()
+	b.signal()
+	select {
+	case <-c.ready:
+		return c.err
+	case <-c.ctx.Done():
+		// The batch will still decide it: the caller just stops waiting,
+		// as it would stop waiting for a reply of its own.
+		return c.ctx.Err()
+	}
+}
+
+// finished records the end of a script call and wakes a worker if calls
+// are waiting.
+func (b *batcher) finished() {
+	b.mu.Lock()
+	b.inflight--
+	more := len(b.pending) > 0
+	b.mu.Unlock()
+	if more {
+		b.signal()
+	}
+}
+
+func (b *batcher) worker() {
+	defer b.wg.Done()
+	batch := make([]*call, 0, b.maxBatch)
+	for {
+		select {
+		case <-b.wake:
+		case <-b.stop:
+			return
+		}
+		for {
+			b.mu.Lock()
+			if len(b.pending) == 0 || b.inflight >= b.maxInflight {
+				b.mu.Unlock()
+				break
+			}
+			k := min(len(b.pending), b.maxBatch)
+			batch = append(batch[:0], b.pending[:k]...)
+			rest := copy(b.pending, b.pending[k:])
+			clear(b.pending[rest:])
+			b.pending = b.pending[:rest]
+			b.inflight++
+			b.mu.Unlock()
+			if rest > 0 {
+				b.signal() // another worker can take the rest
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+			b.s.send(ctx, batch)
+			cancel()
+			b.finished()
+		}
+	}
+}
+
+// send runs calls in as few script calls as the Cluster's slots allow,
+// and sets every call's result. ctx bounds the script calls.
+func (s *Store) send(ctx context.Context, calls []*call) {
+	defer func() {
+		for _, c := range calls {
+			if c.ready != nil {
+				close(c.ready)
+			}
+		}
+	}()
+	groups := [][]*call{calls}
+	if s.cluster {
+		groups = groupBySlot(calls)
+	}
+	if len(groups) == 1 {
+		s.sendGroup(ctx, groups[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.sendGroup(ctx, g)
+		}()
+	}
+	wg.Wait()
+}
+
+func groupBySlot(calls []*call) [][]*call {
+	bySlot := map[int][]*call{}
+	var order []int
+	for _, c := range calls {
+		if _, ok := bySlot[c.slot]; !ok {
+			order = append(order, c.slot)
+		}
+		bySlot[c.slot] = append(bySlot[c.slot], c)
+	}
+	groups := make([][]*call, len(order))
+	for i, slot := range order {
+		groups[i] = bySlot[slot]
+	}
+	return groups
+}
+
+// sendGroup runs calls whose keys share a slot in one script call.
+func (s *Store) sendGroup(ctx context.Context, calls []*call) {
+	var keys []string
+	var args []any
+	if len(calls) == 1 {
+		keys = calls[0].keys
+		args = make([]any, 0, 2+len(calls[0].args))
+	} else {
+		nk, na := 0, 0
+		for _, c := range calls {
+			nk += len(c.keys)
+			na += len(c.args)
+		}
+		keys = make([]string, 0, nk)
+		args = make([]any, 0, 2+na)
+		for _, c := range calls {
+			keys = append(keys, c.keys...)
+		}
+	}
+	args = append(args, s.extraTTL, len(calls))
+	for _, c := range calls {
+		args = append(args, c.args...)
+	}
+	if s.batch != nil {
+		s.batch.scripts.Add(1)
+		s.batch.decisions.Add(uint64(len(calls)))
+	}
+	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		for _, c := range calls {
+			c.err = s.wrap(c.ctx, err)
+		}
+		return
+	}
+	i := 0
+	for _, c := range calls {
+		if i < len(res) {
+			if msg, ok := res[i].(string); ok {
+				c.err = s.wrap(c.ctx, errors.New(msg))
+				i++
+				continue
+			}
+		}
+		if i+4*c.nk > len(res) {
+			c.err = fmt.Errorf("%w: script returned %d values for %d requests", floodgate.ErrStore, len(res), len(calls))
+			continue
+		}
+		c.out = make([]int64, 4*c.nk)
+		for j := range c.out {
+			v, ok := res[i+j].(int64)
+			if !ok {
+				c.err = fmt.Errorf("%w: script returned %T, not an integer", floodgate.ErrStore, res[i+j])
+				break
+			}
+			c.out[j] = v
+		}
+		i += 4 * c.nk
+	}
+}
+
+// slotOf returns the Redis Cluster slot of key: CRC16 of its hash tag (the
+// part between the first { and the next }, when not empty) modulo 16384.
+func slotOf(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^key[i]]
+	}
+	return int(crc) & 16383
+}
+
+// crc16Table is CRC-16/XMODEM (polynomial 0x1021), which Redis Cluster
+// uses for key slots.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()

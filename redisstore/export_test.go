@@ -1,0 +1,4 @@
+package redisstore
+
+// SlotOf exports slotOf to the tests.
+var SlotOf = slotOf
