@@ -15,11 +15,13 @@ import (
 // call is one decision on its way to Redis: its keys and its part of the
 // script's arguments, and, once done, its result.
 type call struct {
-	ctx  context.Context // the caller's, for a call sent on its own
-	keys []string
-	args []any // nk, n, now, then 7 per limit
-	nk   int
-	slot int // the Cluster slot of its keys; 0 outside a cluster
+	ctx   context.Context // the caller's, for a call sent on its own
+	keys  []string
+	n     int64
+	now   int64      // µs, or -1 for the server's TIME
+	specs [][7]int64 // per limit: kind, quota, rate, period, c0, c1, c2
+	nk    int
+	slot  int // the Cluster slot of its keys; 0 outside a cluster
 
 	out   []int64 // 4 per limit
 	err   error
@@ -204,26 +206,45 @@ func groupBySlot(calls []*call) [][]*call {
 
 // sendGroup runs calls whose keys share a slot in one script call.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
+	// The limits' specs go once each; requests name them by index.
 	var keys []string
-	var args []any
 	if len(calls) == 1 {
 		keys = calls[0].keys
-		args = make([]any, 0, 2+len(calls[0].args))
 	} else {
-		nk, na := 0, 0
+		nk := 0
 		for _, c := range calls {
 			nk += len(c.keys)
-			na += len(c.args)
 		}
 		keys = make([]string, 0, nk)
-		args = make([]any, 0, 2+na)
 		for _, c := range calls {
 			keys = append(keys, c.keys...)
 		}
 	}
-	args = append(args, s.extraTTL, len(calls))
+	index := make(map[[7]int64]int, 4)
+	var specs [][7]int64
+	reqArgs := 0
 	for _, c := range calls {
-		args = append(args, c.args...)
+		for _, sp := range c.specs {
+			if _, ok := index[sp]; !ok {
+				index[sp] = len(specs) + 1
+				specs = append(specs, sp)
+			}
+		}
+		reqArgs += 3 + len(c.specs)
+	}
+	args := make([]any, 0, 3+7*len(specs)+reqArgs)
+	args = append(args, s.extraTTL, len(specs))
+	for _, sp := range specs {
+		for _, v := range sp {
+			args = append(args, v)
+		}
+	}
+	args = append(args, len(calls))
+	for _, c := range calls {
+		args = append(args, c.nk, c.n, c.now)
+		for _, sp := range c.specs {
+			args = append(args, index[sp])
+		}
 	}
 	if s.batch != nil {
 		s.batch.scripts.Add(1)

@@ -7,14 +7,15 @@
 -- KEYS     the keys of every request in order: for each, the state of its
 --          limit i (a string, or a sorted set for a sliding log)
 -- ARGV[1]  milliseconds added to every expiry (0 with server time)
--- ARGV[2]  the number of requests
--- then for each request: its number of limits, the cost n (n = 0 peeks),
--- now in microseconds (or -1 for the server's TIME), and 7 values per
--- limit: kind, quota, rate, period, c0, c1, c2
+-- ARGV[2]  the number of distinct limits (specs) that follow, 7 values
+--          each: kind, quota, rate, period, c0, c1, c2
 --   kind: 1 bucket, 2 fixed window, 3 sliding window counter, 4 sliding log
 --   c0, c1, c2: for a calendar window, [c0, c1) is the window that
 --   contains the client's now and [c1, c2) the next one (Lua has no time
 --   zones, so the client computes them); 0 for every other limit.
+-- then the number of requests, and for each: its number of limits nk, the
+-- cost n (n = 0 peeks), now in microseconds (or -1 for the server's TIME),
+-- and the nk indexes (from 1) of its limits' specs.
 -- Returns, for each request in order, 4 integers per limit: allowed (0/1),
 -- remaining, retry (µs, -1 never), reset (µs); or, for a request whose
 -- state is not floodgate's, one string: the error. Other requests of the
@@ -55,6 +56,16 @@ local function muldiv(a, b, c)
 end
 
 local function fmt(x) return string.format('%.0f', x) end
+local function fmt3(a, b, c) return string.format('%.0f:%.0f:%.0f', a, b, c) end
+
+-- The string states that this batch has read or written, by key, parsed
+-- into their three numbers (false for a missing key), and the writes to
+-- make when the batch ends, so
+-- that a key decided many times in one batch (a hot key) is read once
+-- and written once. Each write is the key's last state with the expiry
+-- its last decision gave it, exactly as one call per decision would leave
+-- it.
+local states, ttls, dirty = {}, {}, {}
 
 local function corrupt(key)
   return redis.error_reply('FLOODGATE corrupt state: key ' .. key .. ' does not hold floodgate data')
@@ -68,12 +79,20 @@ end
 -- pattern says. It returns found, a, b, c (false, 0, 0, 0 for a missing
 -- key), or nil and an error reply for a key of another type or content.
 local function read3(key, pattern)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' and v.err then return nil, wrongtype(key) end
+  local v = states[key]
+  if v == nil then
+    local raw = redis.pcall('GET', key)
+    if type(raw) == 'table' and raw.err then return nil, wrongtype(key) end
+    v = false
+    if raw then
+      local x, y, z = string.match(raw, pattern)
+      if not x then return nil, corrupt(key) end
+      v = {tonumber(x), tonumber(y), tonumber(z)}
+    end
+    states[key] = v
+  end
   if not v then return false, 0, 0, 0 end
-  local x, y, z = string.match(v, pattern)
-  if not x then return nil, corrupt(key) end
-  return true, tonumber(x), tonumber(y), tonumber(z)
+  return true, v[1], v[2], v[3]
 end
 
 local function window(t, period, c0, c1, c2)
@@ -87,25 +106,51 @@ end
 
 local extra = tonumber(ARGV[1])
 
+-- The specs, parsed once per batch, with what the buckets precompute:
+-- the tolerance tau = quota*period/rate and the emission interval T =
+-- period/rate, each as a quotient and a remainder.
+local specs = {}
+local nspecs = tonumber(ARGV[2])
+for j = 1, nspecs do
+  local a = 2 + (j - 1) * 7
+  local sp = {}
+  for x = 1, 7 do sp[x] = tonumber(ARGV[a + x]) end
+  if sp[1] == 1 then
+    sp[8], sp[9] = muldiv(sp[2], sp[4], sp[3])
+    sp[10], sp[11] = muldiv(1, sp[4], sp[3])
+  end
+  specs[j] = sp
+end
+
+-- What a request writes if charged, per limit: kind ('SET' or 'LOG'),
+-- key and values. Reused by every request.
+local wkind, wkey, wa, wb, wc = {}, {}, {}, {}, {}
+
+-- fail drops what a failed request appended to out, and returns err.
+local function fail(out, base, err)
+  for j = #out, base + 1, -1 do out[j] = nil end
+  return err
+end
+
 -- decide decides one request of cost n at now against the nk limits whose
--- keys follow KEYS[k0] and whose arguments follow ARGV[a0], and appends its
--- results to out. It returns nil, or an error reply (and appends nothing).
+-- keys follow KEYS[k0] and whose spec indexes follow ARGV[a0], and appends
+-- its results to out. It returns nil, or an error reply (and appends
+-- nothing).
 local function decide(k0, nk, n, now, a0, out)
-local res, writes = {}, {}
+local base = #out
 local allowedAll = true
 
 for i = 1, nk do
   local key = KEYS[k0 + i]
-  local a = a0 + (i - 1) * 7
-  local kind, L, R, P = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local c0, c1, c2 = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  local sp = specs[tonumber(ARGV[a0 + i])]
+  local kind, L, R, P, c0, c1, c2 = sp[1], sp[2], sp[3], sp[4], sp[5], sp[6], sp[7]
   local allowed, remaining, retry, reset = false, 0, 0, 0
-  local w -- what to write if charged
+  wkind[i] = false
 
   if kind == 1 then
-    local tauQ, tauR = muldiv(L, P, R)
+    local tauQ, tauR = sp[8], sp[9]
     local found, tat, f, sr = read3(key, '^(%d+):(%d+):(%d+)$')
-    if found == nil then return tat end
+    if found == nil then return fail(out, base, tat) end
     if sr ~= R then
       if f > 0 then tat = tat + 1 end
       f = 0
@@ -114,14 +159,15 @@ for i = 1, nk do
     if n > L then
       retry = -1
     else
-      local iq, ir = muldiv(n, P, R)
+      local iq, ir = sp[10], sp[11]
+      if n ~= 1 then iq, ir = muldiv(n, P, R) end
       local nt, nf = tat + iq, f + ir
       if nf >= R then nt, nf = nt + 1, nf - R end
       local lt, lf = now + tauQ, tauR
       if nt < lt or (nt == lt and nf <= lf) then
         allowed = true
         tat, f = nt, nf
-        w = {'SET', key, fmt(nt) .. ':' .. fmt(nf) .. ':' .. fmt(R)}
+        wkind[i], wkey[i], wa[i], wb[i], wc[i] = 'SET', key, nt, nf, R
       else
         local dt, df = nt - lt, nf - lf
         if df < 0 then dt, df = dt - 1, df + R end
@@ -145,7 +191,7 @@ for i = 1, nk do
     -- clock went back) stays the current one, as in Go; its end is stored
     -- because a calendar window's end cannot be computed here.
     local found, s, se, count = read3(key, '^(%-?%d+):(%-?%d+):(%d+)$')
-    if found == nil then return s end
+    if found == nil then return fail(out, base, s) end
     local start, stop
     if found and s >= now then
       start, stop = s, se
@@ -158,7 +204,7 @@ for i = 1, nk do
     elseif count + n <= L then
       allowed = true
       count = count + n
-      w = {'SET', key, fmt(start) .. ':' .. fmt(stop) .. ':' .. fmt(count)}
+      wkind[i], wkey[i], wa[i], wb[i], wc[i] = 'SET', key, start, stop, count
     else
       retry = stop - now
     end
@@ -167,7 +213,7 @@ for i = 1, nk do
 
   elseif kind == 3 then
     local found, s, sp, sc = read3(key, '^(%-?%d+):(%d+):(%d+)$')
-    if found == nil then return s end
+    if found == nil then return fail(out, base, s) end
     local t = math.max(now, s)
     local e = t % P
     local cur = t - e
@@ -181,7 +227,7 @@ for i = 1, nk do
     elseif est + curr + n <= L then
       allowed = true
       curr = curr + n
-      w = {'SET', key, fmt(cur) .. ':' .. fmt(prev) .. ':' .. fmt(curr)}
+      wkind[i], wkey[i], wa[i], wb[i], wc[i] = 'SET', key, cur, prev, curr
     else
       local need = L - curr - n
       local at
@@ -200,11 +246,11 @@ for i = 1, nk do
   elseif kind == 4 then
     -- A sorted set with one member per admitted unit, scored by its time.
     local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if newest.err then return wrongtype(key) end
+    if newest.err then return fail(out, base, wrongtype(key)) end
     local t = now
     if newest[2] then
       local last = tonumber(newest[2])
-      if not last or last ~= math.floor(last) then return corrupt(key) end
+      if not last or last ~= math.floor(last) then return fail(out, base, corrupt(key)) end
       if last > t then t = last end
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - P))
@@ -215,7 +261,7 @@ for i = 1, nk do
     elseif total + n <= L then
       allowed = true
       count = total + n
-      w = {'LOG', key, t}
+      wkind[i], wkey[i], wa[i] = 'LOG', key, t
     else
       local need = total + n - L
       local m = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
@@ -229,28 +275,28 @@ for i = 1, nk do
       reset = tonumber(m[2]) + P - now
     end
   else
-    return redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(kind))
+    return fail(out, base, redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(kind)))
   end
 
   if n == 0 then allowed, retry = true, 0 end
   if not allowed then allowedAll = false end
-  writes[i] = w
-  res[#res + 1] = allowed and 1 or 0
-  res[#res + 1] = remaining
-  res[#res + 1] = retry
-  res[#res + 1] = reset
+  out[base + 4 * i - 3] = allowed and 1 or 0
+  out[base + 4 * i - 2] = remaining
+  out[base + 4 * i - 1] = retry
+  out[base + 4 * i] = reset
 end
 
 if allowedAll and n > 0 then
   for i = 1, nk do
-    local w = writes[i]
-    local ttl = math.floor((res[(i - 1) * 4 + 4] + 999) / 1000) + extra
+    local ttl = math.floor((out[base + 4 * i] + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
-    if w[1] == 'SET' then
-      redis.call('SET', w[2], w[3], 'PX', ttl)
+    local key = wkey[i]
+    if wkind[i] == 'SET' then
+      if not ttls[key] then dirty[#dirty + 1] = key end
+      states[key], ttls[key] = {wa[i], wb[i], wc[i]}, ttl
     else
       -- n members at time t, named t:j, after those already at t.
-      local key, t = w[2], w[3]
+      local t = wa[i]
       local ts = fmt(t)
       local have = redis.call('ZCOUNT', key, ts, ts)
       local args, j = {}, 0
@@ -267,14 +313,13 @@ if allowedAll and n > 0 then
     end
   end
 end
-for j = 1, #res do out[#out + 1] = res[j] end
 return nil
 end
 
 local servernow -- the server's TIME in µs, read once per batch
 local out = {}
-local k0, a = 0, 2
-for r = 1, tonumber(ARGV[2]) do
+local k0, a = 0, 3 + 7 * nspecs
+for r = 1, tonumber(ARGV[3 + 7 * nspecs]) do
   local nk, n, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if now < 0 then
     if not servernow then
@@ -286,6 +331,10 @@ for r = 1, tonumber(ARGV[2]) do
   local err = decide(k0, nk, n, now, a + 3, out)
   if err then out[#out + 1] = err.err end
   k0 = k0 + nk
-  a = a + 3 + 7 * nk
+  a = a + 3 + nk
+end
+for _, key in ipairs(dirty) do
+  local v = states[key]
+  redis.call('SET', key, fmt3(v[1], v[2], v[3]), 'PX', ttls[key])
 end
 return out

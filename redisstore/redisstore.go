@@ -60,7 +60,7 @@ type Options struct {
 	// caller. Results are the same either way.
 	DisableBatching bool
 	// MaxInflight is how many script calls (batches) may be in flight at
-	// once. Default: 2.
+	// once. Default: 4.
 	MaxInflight int
 	// MaxBatch is the most decisions in one batch. Default: 128.
 	MaxBatch int
@@ -128,7 +128,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	}
 	if !o.DisableBatching {
 		if o.MaxInflight <= 0 {
-			o.MaxInflight = 2
+			o.MaxInflight = 4
 		}
 		if o.MaxBatch <= 0 {
 			o.MaxBatch = 128
@@ -220,9 +220,8 @@ func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, 
 		clientNow = s.clock.Now()
 		now = clientNow.UnixMicro()
 	}
-	c := &call{ctx: ctx, keys: s.keys(key, limits), nk: len(limits), args: make([]any, 0, 3+7*len(limits))}
-	c.args = append(c.args, len(limits), n, now)
-	for _, l := range limits {
+	c := &call{ctx: ctx, keys: s.keys(key, limits), nk: len(limits), n: n, now: now, specs: make([][7]int64, len(limits))}
+	for i, l := range limits {
 		kind, _ := kindOf(l.Algorithm())
 		var c0, c1, c2 int64
 		if unit, _ := l.Calendar(); unit != 0 {
@@ -233,7 +232,7 @@ func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, 
 			_, next := l.Window(end)
 			c0, c1, c2 = start.UnixMicro(), end.UnixMicro(), next.UnixMicro()
 		}
-		c.args = append(c.args, kind, l.Quota(), l.Rate(), l.Period().Microseconds(), c0, c1, c2)
+		c.specs[i] = [7]int64{int64(kind), l.Quota(), l.Rate(), l.Period().Microseconds(), c0, c1, c2}
 	}
 	var err error
 	if s.batch != nil {

@@ -1,10 +1,17 @@
-// Command redisbench measures floodgate's Redis store side by side with
-// go-redis/redis_rate/v10 on one redis-server that it starts itself, under
-// the same load, and prints one table. Runs are interleaved (floodgate,
-// redis_rate, floodgate, ...) and the table shows medians, so that a noisy
-// machine affects both alike.
+// Command redisbench measures floodgate side by side with its peers under
+// the same load and prints one table:
 //
-//	cd bench && go run ./cmd/redisbench -duration 3s -runs 3
+//   - on Redis, against one redis-server that it starts itself:
+//     floodgate's Redis store (batching on, denial cache on),
+//     go-redis/redis_rate/v10 and go-zero's core/limit TokenLimiter;
+//   - in process: floodgate's memory store and golang.org/x/time/rate.
+//
+// Rows: 1, 8 and 64 goroutines on one hot key and on 10,000 keys, and an
+// abuse mix where 90% of requests hit 16 keys far over their limit.
+// Within each run the peers take turns on the same load; the table shows
+// the medians of the runs, so that a noisy machine affects all alike.
+//
+//	cd bench && go run ./cmd/redisbench -duration 5s -runs 5
 package main
 
 import (
@@ -12,163 +19,319 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/zeromicro/go-zero/core/limit"
+	"github.com/zeromicro/go-zero/core/logx"
+	zredis "github.com/zeromicro/go-zero/core/stores/redis"
+	"golang.org/x/time/rate"
 )
 
-type result struct {
-	perSec   float64
-	p50, p99 time.Duration
-	admitted int64
-}
-
+// decider decides one request on key; it returns whether it was admitted.
 type decider func(ctx context.Context, key string) (bool, error)
 
+// peer is a rate limiter under test, built for a limit of rate per second
+// with bursts of burst.
+type peer struct {
+	name  string
+	make  func(rate, burst int) decider
+	redis bool
+}
+
+// scenario is a row of the table.
+type scenario struct {
+	name        string
+	goroutines  int
+	keys        int // keys the requests spread over
+	hot         int // with abuse: keys that take 90% of the requests
+	rate, burst int
+	inProcess   bool
+}
+
+type result struct {
+	perSec      float64
+	p50, p99    time.Duration
+	admitted    int64
+	ideal       int64
+	latMeasured bool
+}
+
 func main() {
-	duration := flag.Duration("duration", 3*time.Second, "length of each run")
-	runs := flag.Int("runs", 3, "runs of each cell; the table shows medians")
+	duration := flag.Duration("duration", 5*time.Second, "length of each run of each cell")
+	runs := flag.Int("runs", 5, "runs of each cell; the table shows medians")
 	port := flag.Int("port", 46379, "loopback port for the redis-server this program starts")
+	memKeys := flag.Int("memory-keys", 100000, "keys to fill for the bytes-per-key column; 0 to skip")
+	only := flag.String("only", "", "run only the loads whose name contains this")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	logx.Disable()
 
 	addr, stop := startRedis(*port)
 	defer stop()
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
 	defer client.Close()
 	ctx := context.Background()
+	zstore := zredis.MustNewRedis(zredis.RedisConf{Host: addr, Type: zredis.NodeType})
 
-	// Both limit 1e6/s with burst 1e6: every decision is admitted, so the
-	// comparison measures the decision, not the denial path.
-	fgStore := redisstore.New(client, &redisstore.Options{Prefix: "fg:"})
-	fgLimits := []floodgate.Limit{floodgate.TokenBucket(1000000, time.Second, 1000000)}
-	rr := redis_rate.NewLimiter(client)
-	rrLimit := redis_rate.Limit{Rate: 1000000, Period: time.Second, Burst: 1000000}
-	peers := []struct {
-		name string
-		d    decider
-	}{
-		{"floodgate", func(ctx context.Context, key string) (bool, error) {
-			r, err := fgStore.Take(ctx, key, fgLimits, 1)
-			return r.Allowed, err
-		}},
-		{"redis_rate", func(ctx context.Context, key string) (bool, error) {
-			r, err := rr.Allow(ctx, key, rrLimit)
-			return r != nil && r.Allowed > 0, err
-		}},
+	fg := redisstore.New(client, &redisstore.Options{Prefix: "fg:", DenialCache: true})
+	defer fg.Close()
+	redisPeers := []peer{
+		{"floodgate", func(r, b int) decider {
+			limits := []floodgate.Limit{floodgate.TokenBucket(int64(r), time.Second, int64(b))}
+			return func(ctx context.Context, key string) (bool, error) {
+				res, err := fg.Take(ctx, key, limits, 1)
+				return res.Allowed, err
+			}
+		}, true},
+		{"redis_rate", func(r, b int) decider {
+			rr := redis_rate.NewLimiter(client)
+			l := redis_rate.Limit{Rate: r, Period: time.Second, Burst: b}
+			return func(ctx context.Context, key string) (bool, error) {
+				res, err := rr.Allow(ctx, key, l)
+				return err == nil && res.Allowed > 0, err
+			}
+		}, true},
+		{"go-zero", func(r, b int) decider {
+			var lims sync.Map
+			return func(ctx context.Context, key string) (bool, error) {
+				l, ok := lims.Load(key)
+				if !ok {
+					l, _ = lims.LoadOrStore(key, limit.NewTokenLimiter(r, b, zstore, "gz:"+key))
+				}
+				return l.(*limit.TokenLimiter).AllowCtx(ctx), nil
+			}
+		}, true},
+	}
+	memPeers := []peer{
+		{"floodgate memory", func(r, b int) decider {
+			lim, _ := floodgate.New(floodgate.TokenBucket(int64(r), time.Second, int64(b)))
+			return func(ctx context.Context, key string) (bool, error) {
+				res, err := lim.Allow(ctx, key)
+				return res.Allowed, err
+			}
+		}, false},
+		{"x/time/rate", func(r, b int) decider {
+			var lims sync.Map // one Limiter per key, as users keep them
+			return func(ctx context.Context, key string) (bool, error) {
+				l, ok := lims.Load(key)
+				if !ok {
+					l, _ = lims.LoadOrStore(key, rate.NewLimiter(rate.Limit(r), b))
+				}
+				return l.(*rate.Limiter).Allow(), nil
+			}
+		}, false},
 	}
 
-	fmt.Printf("redis-server %s on %s, %d runs of %s each, medians\n\n", redisVersion(client), addr, *runs, *duration)
-	fmt.Printf("| goroutines | keys | store | decisions/s | p50 | p99 | ratio |\n|---|---|---|---|---|---|---|\n")
-	for _, g := range []int{1, 64} {
-		for _, keys := range []int{1, 10000} {
-			res := make([][]result, len(peers))
-			for r := 0; r < *runs; r++ {
-				for i, p := range peers {
-					client.FlushAll(ctx)
-					res[i] = append(res[i], run(p.d, g, keys, *duration))
-				}
-			}
-			base := median(res[1]).perSec
-			for i, p := range peers {
-				m := median(res[i])
-				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %.2f× |\n", g, keys, p.name, m.perSec,
-					m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), m.perSec/base)
+	const open = 1_000_000 // a limit that admits everything
+	var scenarios []scenario
+	for _, g := range []int{1, 8, 64} {
+		for _, k := range []int{1, 10000} {
+			scenarios = append(scenarios, scenario{fmt.Sprintf("%d goroutines, %d key(s)", g, k), g, k, 0, open, open, false})
+		}
+	}
+	scenarios = append(scenarios, scenario{"abuse: 64 goroutines, 90% on 16 keys over 10/s", 64, 10000, 16, 10, 10, false})
+	for _, g := range []int{1, 8, 64} {
+		for _, k := range []int{1, 10000} {
+			scenarios = append(scenarios, scenario{fmt.Sprintf("in process: %d goroutines, %d key(s)", g, k), g, k, 0, 1_000_000_000, 1_000_000_000, true})
+		}
+	}
+
+	cpu := "?"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
 			}
 		}
 	}
-	fmt.Println()
-	memoryPerKey(ctx, client)
+	fmt.Printf("%s, %d CPUs (GOMAXPROCS %d), %s, redis-server %s on loopback; %d runs of %s per cell, medians\n\n",
+		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), redisVersion(client), *runs, *duration)
+	fmt.Println("| load | limiter | decisions/s | p50 | p99 | ratio | admitted / ideal |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, sc := range scenarios {
+		if !strings.Contains(sc.name, *only) {
+			continue
+		}
+		peers := redisPeers
+		if sc.inProcess {
+			peers = memPeers
+		}
+		res := make([][]result, len(peers))
+		for range *runs {
+			for i, p := range peers {
+				if p.redis {
+					client.FlushAll(ctx)
+				}
+				res[i] = append(res[i], run(p.make(sc.rate, sc.burst), sc, *duration))
+			}
+		}
+		base := median(res[1]).perSec // redis_rate, or x/time/rate
+		for i, p := range peers {
+			m := median(res[i])
+			p50, p99 := "-", "-"
+			if m.latMeasured {
+				p50, p99 = fmtDur(m.p50), fmtDur(m.p99)
+			}
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %.2f× | %d / %d (%.1f%%) |\n", sc.name, p.name, m.perSec, p50, p99,
+				m.perSec/base, m.admitted, m.ideal, 100*float64(m.admitted)/float64(m.ideal))
+		}
+	}
+	if *memKeys > 0 {
+		fmt.Println()
+		memoryPerKey(ctx, client, redisPeers, *memKeys)
+	}
+	s := fg.Stats()
+	fmt.Printf("\nfloodgate sent %d decisions in %d script calls (%.1f per call)\n", s.Decisions, s.ScriptCalls, float64(s.Decisions)/float64(max(s.ScriptCalls, 1)))
 }
 
-func run(d decider, goroutines, keys int, dur time.Duration) result {
-	names := make([]string, keys)
+func fmtDur(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	}
+	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+// run drives d with sc's load for dur and measures it. In process, where
+// a decision takes about as long as reading the clock, latency is not
+// measured.
+func run(d decider, sc scenario, dur time.Duration) result {
+	names := make([]string, sc.keys)
 	for i := range names {
 		names[i] = "k" + strconv.Itoa(i)
 	}
+	requests := make([]atomic.Int64, sc.keys)
+	admitted := make([]atomic.Int64, sc.keys)
 	ctx := context.Background()
-	lat := make([][]time.Duration, goroutines)
+	lat := make([][]time.Duration, sc.goroutines)
+	counts := make([]int64, sc.goroutines)
 	var wg sync.WaitGroup
+	var stop atomic.Bool
 	start := time.Now()
-	stopAt := start.Add(dur)
-	for g := 0; g < goroutines; g++ {
+	for g := range sc.goroutines {
 		wg.Add(1)
-		go func(g int) {
+		go func() {
 			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			i := g
-			for time.Now().Before(stopAt) {
-				t0 := time.Now()
-				if _, err := d(ctx, names[i%keys]); err != nil {
+			for n := 0; ; n++ {
+				if n%64 == 0 && (stop.Load() || time.Since(start) > dur) {
+					stop.Store(true)
+					return
+				}
+				k := i % sc.keys
+				if sc.hot > 0 {
+					if rng.IntN(10) < 9 {
+						k = rng.IntN(sc.hot)
+					} else {
+						k = sc.hot + rng.IntN(sc.keys-sc.hot)
+					}
+				}
+				var t0 time.Time
+				if !sc.inProcess {
+					t0 = time.Now()
+				}
+				ok, err := d(ctx, names[k])
+				if err != nil {
 					log.Fatal(err)
 				}
-				lat[g] = append(lat[g], time.Since(t0))
-				i += goroutines
+				if !sc.inProcess {
+					lat[g] = append(lat[g], time.Since(t0))
+				}
+				counts[g]++
+				requests[k].Add(1)
+				if ok {
+					admitted[k].Add(1)
+				}
+				i += sc.goroutines
 			}
-		}(g)
+		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	return result{
-		perSec: float64(len(all)) / elapsed.Seconds(),
-		p50:    all[len(all)/2],
-		p99:    all[len(all)*99/100],
+	var total, adm, ideal int64
+	for g := range counts {
+		total += counts[g]
 	}
+	most := int64(sc.burst) + int64(float64(sc.rate)*elapsed.Seconds())
+	for k := range requests {
+		adm += admitted[k].Load()
+		ideal += min(requests[k].Load(), most)
+	}
+	r := result{perSec: float64(total) / elapsed.Seconds(), admitted: adm, ideal: ideal}
+	if !sc.inProcess {
+		all := slices.Concat(lat...)
+		slices.Sort(all)
+		r.p50, r.p99, r.latMeasured = all[len(all)/2], all[len(all)*99/100], true
+	}
+	return r
 }
 
 func median(rs []result) result {
-	slices.SortFunc(rs, func(a, b result) int { return int(a.perSec - b.perSec) })
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b result) int {
+		switch {
+		case a.perSec < b.perSec:
+			return -1
+		case a.perSec > b.perSec:
+			return 1
+		}
+		return 0
+	})
 	return rs[len(rs)/2]
 }
 
-// memoryPerKey fills 100,000 keys per algorithm and reports the growth of
-// used_memory divided by the number of keys.
-func memoryPerKey(ctx context.Context, client *redis.Client) {
-	const n = 100000
-	st := redisstore.New(client, &redisstore.Options{Prefix: "m:"})
-	first := true
-	fmt.Printf("| algorithm | Redis bytes per key (INFO memory, %d keys) |\n|---|---|\n", n)
+// memoryPerKey fills n keys with one decision each, for each Redis peer,
+// and reports the growth of used_memory per key.
+func memoryPerKey(ctx context.Context, client *redis.Client, peers []peer, n int) {
+	fmt.Printf("| limiter (token bucket, one request per key) | Redis keys per limited key | Redis bytes per limited key (%d keys) |\n|---|---|---|\n", n)
 	// The first fill is thrown away: used_memory settles after a flush of
 	// many keys only once the allocator has been through one fill.
-	for _, l := range []floodgate.Limit{
-		floodgate.TokenBucket(1, time.Hour, 100), floodgate.TokenBucket(1, time.Hour, 100), floodgate.FixedWindow(100, time.Hour),
-		floodgate.SlidingWindow(100, time.Hour), floodgate.SlidingLog(10, time.Hour),
-	} {
+	for i, p := range append([]peer{peers[0]}, peers...) {
 		client.FlushAll(ctx)
 		before := usedMemory(ctx, client)
-		limits := []floodgate.Limit{l}
+		d := p.make(1, 100)
 		var wg sync.WaitGroup
-		for g := 0; g < 16; g++ {
+		for g := range 16 {
 			wg.Add(1)
-			go func(g int) {
+			go func() {
 				defer wg.Done()
-				for i := g; i < n; i += 16 {
-					if _, err := st.Take(ctx, "user:"+strconv.Itoa(i), limits, 1); err != nil {
+				for k := g; k < n; k += 16 {
+					if _, err := d(ctx, "user:"+strconv.Itoa(k)); err != nil {
 						log.Fatal(err)
 					}
 				}
-			}(g)
+			}()
 		}
 		wg.Wait()
-		if first {
-			first = false
+		if i == 0 {
 			continue
 		}
-		what := l.Algorithm().String()
-		if l.Algorithm() == floodgate.AlgorithmSlidingLog {
-			what += " (1 entry)"
-		}
-		fmt.Printf("| %s | %.0f |\n", what, float64(usedMemory(ctx, client)-before)/n)
+		keys, _ := client.DBSize(ctx).Result()
+		fmt.Printf("| %s | %.0f | %.0f |\n", p.name, float64(keys)/float64(n), float64(usedMemory(ctx, client)-before)/float64(n))
 	}
 }
 
