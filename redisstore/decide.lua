@@ -24,17 +24,20 @@
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
 local TWO53 = 9007199254740992
+-- Globals read once: a global is a table lookup at every use.
+local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+local call, rpcall = redis.call, redis.pcall
 
 -- floor(a*b/c) and remainder, exactly, for 0 <= a, b and 0 < c < 2^52.
 local function muldiv(a, b, c)
   local p = a * b
   if p < TWO53 then
-    local q = math.floor(p / c)
+    local q = floor(p / c)
     local r = p - q * c
     if r < 0 then q = q - 1; r = r + c elseif r >= c then q = q + 1; r = r - c end
     return q, r
   end
-  local bq = math.floor(b / c)
+  local bq = floor(b / c)
   local br = b - bq * c
   if br < 0 then bq = bq - 1; br = br + c elseif br >= c then bq = bq + 1; br = br - c end
   local bits, x = {}, a
@@ -55,8 +58,8 @@ local function muldiv(a, b, c)
   return a * bq + q, r
 end
 
-local function fmt(x) return string.format('%.0f', x) end
-local function fmt3(a, b, c) return string.format('%.0f:%.0f:%.0f', a, b, c) end
+local function fmt(x) return format('%.0f', x) end
+local function fmt3(a, b, c) return format('%.0f:%.0f:%.0f', a, b, c) end
 
 -- The string states that this batch has read or written, by key, parsed
 -- into their three numbers (false for a missing key), and the writes to
@@ -81,11 +84,11 @@ end
 local function read3(key, pattern)
   local v = states[key]
   if v == nil then
-    local raw = redis.pcall('GET', key)
+    local raw = rpcall('GET', key)
     if type(raw) == 'table' and raw.err then return nil, wrongtype(key) end
     v = false
     if raw then
-      local x, y, z = string.match(raw, pattern)
+      local x, y, z = match(raw, pattern)
       if not x then return nil, corrupt(key) end
       v = {tonumber(x), tonumber(y), tonumber(z)}
     end
@@ -113,8 +116,8 @@ local specs = {}
 local nspecs = tonumber(ARGV[2])
 for j = 1, nspecs do
   local a = 2 + (j - 1) * 7
-  local sp = {}
-  for x = 1, 7 do sp[x] = tonumber(ARGV[a + x]) end
+  local sp = {tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]),
+    tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), 0, 0, 0, 0}
   if sp[1] == 1 then
     sp[8], sp[9] = muldiv(sp[2], sp[4], sp[3])
     sp[10], sp[11] = muldiv(1, sp[4], sp[3])
@@ -179,7 +182,7 @@ for i = 1, nk do
     if df < 0 then dt, df = dt - 1, df + R end
     if dt >= 0 then
       local q, r = muldiv(dt, R, P)
-      remaining = q + math.floor((r + df) / P)
+      remaining = q + floor((r + df) / P)
     end
     if tat > now or (tat == now and f > 0) then
       reset = tat - now
@@ -208,13 +211,13 @@ for i = 1, nk do
     else
       retry = stop - now
     end
-    remaining = math.max(L - count, 0)
+    remaining = max(L - count, 0)
     if count > 0 then reset = stop - now end
 
   elseif kind == 3 then
     local found, s, sp, sc = read3(key, '^(%-?%d+):(%d+):(%d+)$')
     if found == nil then return fail(out, base, s) end
-    local t = math.max(now, s)
+    local t = max(now, s)
     local e = t % P
     local cur = t - e
     local prev, curr = 0, 0
@@ -236,25 +239,25 @@ for i = 1, nk do
         at = cur + P - q2
       else
         local q2 = muldiv(L - n, P, curr)
-        at = cur + P + P - math.min(q2, P)
+        at = cur + P + P - min(q2, P)
       end
       retry = at - now
     end
-    remaining = math.max(L - est - curr, 0)
+    remaining = max(L - est - curr, 0)
     if curr > 0 then reset = cur + 2 * P - now elseif est > 0 then reset = cur + P - now end
 
   elseif kind == 4 then
     -- A sorted set with one member per admitted unit, scored by its time.
-    local newest = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local newest = rpcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     if newest.err then return fail(out, base, wrongtype(key)) end
     local t = now
     if newest[2] then
       local last = tonumber(newest[2])
-      if not last or last ~= math.floor(last) then return fail(out, base, corrupt(key)) end
+      if not last or last ~= floor(last) then return fail(out, base, corrupt(key)) end
       if last > t then t = last end
     end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - P))
-    local total = redis.call('ZCARD', key)
+    call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - P))
+    local total = call('ZCARD', key)
     local count = total
     if n > L then
       retry = -1
@@ -264,14 +267,14 @@ for i = 1, nk do
       wkind[i], wkey[i], wa[i] = 'LOG', key, t
     else
       local need = total + n - L
-      local m = redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
+      local m = call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
       retry = tonumber(m[2]) + P - now
     end
-    remaining = math.max(L - count, 0)
+    remaining = max(L - count, 0)
     if allowed and n > 0 then
       reset = t + P - now
     elseif total > 0 then
-      local m = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      local m = call('ZRANGE', key, -1, -1, 'WITHSCORES')
       reset = tonumber(m[2]) + P - now
     end
   else
@@ -288,7 +291,7 @@ end
 
 if allowedAll and n > 0 then
   for i = 1, nk do
-    local ttl = math.floor((out[base + 4 * i] + 999) / 1000) + extra
+    local ttl = floor((out[base + 4 * i] + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
     local key = wkey[i]
     if wkind[i] == 'SET' then
@@ -298,18 +301,18 @@ if allowedAll and n > 0 then
       -- n members at time t, named t:j, after those already at t.
       local t = wa[i]
       local ts = fmt(t)
-      local have = redis.call('ZCOUNT', key, ts, ts)
+      local have = call('ZCOUNT', key, ts, ts)
       local args, j = {}, 0
       while j < n do
         j = j + 1
         args[#args + 1] = ts
         args[#args + 1] = ts .. ':' .. fmt(have + j)
         if #args >= 1000 or j == n then
-          redis.call('ZADD', key, unpack(args))
+          call('ZADD', key, unpack(args))
           args = {}
         end
       end
-      redis.call('PEXPIRE', key, ttl)
+      call('PEXPIRE', key, ttl)
     end
   end
 end
@@ -323,7 +326,7 @@ for r = 1, tonumber(ARGV[3 + 7 * nspecs]) do
   local nk, n, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   if now < 0 then
     if not servernow then
-      local t = redis.call('TIME')
+      local t = call('TIME')
       servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
     now = servernow
@@ -335,6 +338,6 @@ for r = 1, tonumber(ARGV[3 + 7 * nspecs]) do
 end
 for _, key in ipairs(dirty) do
   local v = states[key]
-  redis.call('SET', key, fmt3(v[1], v[2], v[3]), 'PX', ttls[key])
+  call('SET', key, fmt3(v[1], v[2], v[3]), 'PX', ttls[key])
 end
 return out
