@@ -45,11 +45,11 @@ import (
 // decider decides one request on key; it returns whether it was admitted.
 type decider func(ctx context.Context, key string) (bool, error)
 
-// peer is a rate limiter under test, built for a limit of rate per second
+// peer is a rate limiter under test, built for a limit of rate per period
 // with bursts of burst.
 type peer struct {
 	name  string
-	make  func(rate, burst int) decider
+	make  func(rate int, period time.Duration, burst int) decider
 	redis bool
 }
 
@@ -78,6 +78,7 @@ func main() {
 	memKeys := flag.Int("memory-keys", 100000, "keys to fill for the bytes-per-key column; 0 to skip")
 	only := flag.String("only", "", "run only the loads whose name contains this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	inflight := flag.Int("inflight", 0, "floodgate's MaxInflight (0: its default)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -96,25 +97,26 @@ func main() {
 	ctx := context.Background()
 	zstore := zredis.MustNewRedis(zredis.RedisConf{Host: addr, Type: zredis.NodeType})
 
-	fg := redisstore.New(client, &redisstore.Options{Prefix: "fg:", DenialCache: true})
+	fg := redisstore.New(client, &redisstore.Options{Prefix: "fg:", DenialCache: true, MaxInflight: *inflight})
 	defer fg.Close()
 	redisPeers := []peer{
-		{"floodgate", func(r, b int) decider {
-			limits := []floodgate.Limit{floodgate.TokenBucket(int64(r), time.Second, int64(b))}
+		{"floodgate", func(r int, p time.Duration, b int) decider {
+			limits := []floodgate.Limit{floodgate.TokenBucket(int64(r), p, int64(b))}
 			return func(ctx context.Context, key string) (bool, error) {
 				res, err := fg.Take(ctx, key, limits, 1)
 				return res.Allowed, err
 			}
 		}, true},
-		{"redis_rate", func(r, b int) decider {
+		{"redis_rate", func(r int, p time.Duration, b int) decider {
 			rr := redis_rate.NewLimiter(client)
-			l := redis_rate.Limit{Rate: r, Period: time.Second, Burst: b}
+			l := redis_rate.Limit{Rate: r, Period: p, Burst: b}
 			return func(ctx context.Context, key string) (bool, error) {
 				res, err := rr.Allow(ctx, key, l)
 				return err == nil && res.Allowed > 0, err
 			}
 		}, true},
-		{"go-zero", func(r, b int) decider {
+		{"go-zero", func(r int, p time.Duration, b int) decider {
+			r = max(1, int(int64(r)*int64(time.Second)/int64(p))) // it takes a rate per second
 			var lims sync.Map
 			return func(ctx context.Context, key string) (bool, error) {
 				l, ok := lims.Load(key)
@@ -126,14 +128,14 @@ func main() {
 		}, true},
 	}
 	memPeers := []peer{
-		{"floodgate memory", func(r, b int) decider {
+		{"floodgate memory", func(r int, _ time.Duration, b int) decider {
 			lim, _ := floodgate.New(floodgate.TokenBucket(int64(r), time.Second, int64(b)))
 			return func(ctx context.Context, key string) (bool, error) {
 				res, err := lim.Allow(ctx, key)
 				return res.Allowed, err
 			}
 		}, false},
-		{"x/time/rate", func(r, b int) decider {
+		{"x/time/rate", func(r int, _ time.Duration, b int) decider {
 			var lims sync.Map // one Limiter per key, as users keep them
 			return func(ctx context.Context, key string) (bool, error) {
 				l, ok := lims.Load(key)
@@ -186,7 +188,7 @@ func main() {
 				if p.redis {
 					client.FlushAll(ctx)
 				}
-				res[i] = append(res[i], run(p.make(sc.rate, sc.burst), sc, *duration))
+				res[i] = append(res[i], run(p.make(sc.rate, time.Second, sc.burst), sc, *duration))
 			}
 		}
 		base := median(res[1]).perSec // redis_rate, or x/time/rate
@@ -313,7 +315,7 @@ func memoryPerKey(ctx context.Context, client *redis.Client, peers []peer, n int
 	for i, p := range append([]peer{peers[0]}, peers...) {
 		client.FlushAll(ctx)
 		before := usedMemory(ctx, client)
-		d := p.make(1, 100)
+		d := p.make(1, time.Hour, 100) // keys outlive the fill
 		var wg sync.WaitGroup
 		for g := range 16 {
 			wg.Add(1)
