@@ -206,6 +206,10 @@ func groupBySlot(calls []*call) [][]*call {
 
 // sendGroup runs calls whose keys share a slot in one script call.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
+	if c := calls[0]; len(calls) == 1 && c.nk == 1 && c.specs[0][0] == 1 && !s.noFastPath {
+		s.sendBucket(ctx, c)
+		return
+	}
 	// The limits' specs go once each; requests name them by index.
 	var keys []string
 	if len(calls) == 1 {
@@ -314,3 +318,22 @@ var crc16Table = func() (t [256]uint16) {
 	}
 	return t
 }()
+
+// sendBucket decides one request on one bucket limit with the fast-path
+// script.
+func (s *Store) sendBucket(ctx context.Context, c *call) {
+	if s.batch != nil {
+		s.batch.scripts.Add(1)
+		s.batch.decisions.Add(1)
+	}
+	sp := &c.specs[0]
+	out, err := bucketScript.Run(ctx, s.client, c.keys, c.now, c.n, s.extraTTL, sp[1], sp[2], sp[3]).Int64Slice()
+	switch {
+	case err != nil:
+		c.err = s.wrap(c.ctx, err)
+	case len(out) != 4:
+		c.err = fmt.Errorf("%w: script returned %d values for one limit", floodgate.ErrStore, len(out))
+	default:
+		c.out = out
+	}
+}

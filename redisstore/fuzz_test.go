@@ -77,6 +77,12 @@ func FuzzDifferential(f *testing.F) {
 		mem := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: memClock, SweepInterval: -1})
 		defer mem.Close()
 		red := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
+		defer red.Close()
+		// gen sends everything through decide.lua, red sends lone bucket
+		// decisions through bucket.lua: both must match Go.
+		gen := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
+		gen.DisableFastPath()
+		defer gen.Close()
 		ctx := context.Background()
 		now := storetest.Base
 		for i := 0; i+1 < len(data) && i < 80; i += 2 {
@@ -101,6 +107,9 @@ func FuzzDifferential(f *testing.F) {
 				if err := red.Reset(ctx, key, limits); err != nil {
 					t.Fatal(err)
 				}
+				if err := gen.Reset(ctx, key, limits); err != nil {
+					t.Fatal(err)
+				}
 				continue
 			}
 			want, err := mem.Take(ctx, key, limits, n)
@@ -113,6 +122,9 @@ func FuzzDifferential(f *testing.F) {
 			}
 			if got != want {
 				t.Fatalf("op %d at %s key %s n=%d limits %v:\nredis  %+v\nmemory %+v", i/2, now.Sub(storetest.Base), key, n, limits, got, want)
+			}
+			if got, err = gen.Take(ctx, key, limits, n); err != nil || got != want {
+				t.Fatalf("op %d at %s key %s n=%d limits %v:\ndecide.lua %+v (%v)\nmemory     %+v", i/2, now.Sub(storetest.Base), key, n, limits, got, err, want)
 			}
 		}
 	})

@@ -36,12 +36,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed decide.lua
-var decideSource string
+var (
+	//go:embed prelude.lua
+	preludeSource string
+	//go:embed decide.lua
+	decideSource string
+	//go:embed bucket.lua
+	bucketSource string
+)
 
-// decideScript is immutable; go-redis runs it with EVALSHA and falls back
-// to EVAL (which loads it) when Redis answers NOSCRIPT.
-var decideScript = redis.NewScript(decideSource)
+// The scripts are immutable; go-redis runs them with EVALSHA and falls
+// back to EVAL (which loads them) when Redis answers NOSCRIPT. decide
+// decides any batch; bucket is its fast path for one request on one
+// bucket limit.
+var (
+	decideScript = redis.NewScript(preludeSource + decideSource)
+	bucketScript = redis.NewScript(preludeSource + bucketSource)
+)
 
 // Options configures a Store. The zero value (or nil) gives the defaults.
 type Options struct {
@@ -88,7 +99,10 @@ type Store struct {
 	owned    bool
 	batch    *batcher // nil when batching is off
 	denials  *denials // nil when the denial cache is off
-	closed   atomic.Bool
+	// noFastPath sends lone bucket decisions through decide.lua too; the
+	// tests set it to check that both scripts decide alike.
+	noFastPath bool
+	closed     atomic.Bool
 }
 
 var _ floodgate.Store = (*Store)(nil)

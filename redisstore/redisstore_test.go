@@ -45,6 +45,14 @@ func TestConformanceBatchOptions(t *testing.T) {
 	t.Run("unbatched", func(t *testing.T) {
 		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DisableBatching = true }))
 	})
+	t.Run("no-fast-path", func(t *testing.T) {
+		newStore := factory(srv.Client(t))
+		storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+			st := newStore(t, clock).(*redisstore.Store)
+			st.DisableFastPath()
+			return st
+		})
+	})
 	t.Run("denial-cache", func(t *testing.T) {
 		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DenialCache = true }))
 	})
