@@ -1,7 +1,7 @@
 -- floodgate: the fast path for the commonest decision, one request
 -- against one bucket limit (token bucket, leaky bucket, GCRA), sent alone.
--- It decides exactly as decide.lua's kind 1 and reads and writes the same
--- state, "tat:fraction:rate"; the conformance suite and the differential
+-- It decides with the same bucket function (prelude.lua) as decide.lua,
+-- and reads and writes the same state, "tat:fraction:rate"; the conformance suite and the differential
 -- fuzz test run through it. It exists because a lone decision costs Redis
 -- about a third of the instructions that decide.lua's general batch
 -- machinery does, and that is the latency of a single caller.
@@ -20,49 +20,18 @@ if now < 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local tauQ, tauR = muldiv(L, P, R)
+local iq, ir = muldiv(n, P, R)
 
-local tat, f = 0, 0
+local tat, f, sr = 0, 0, 0
 local raw = rpcall('GET', key)
 if type(raw) == 'table' and raw.err then return wrongtype(key) end
 if raw then
   local x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
   if not x then return corrupt(key) end
-  tat, f = tonumber(x), tonumber(y)
-  if tonumber(z) ~= R then
-    if f > 0 then tat = tat + 1 end
-    f = 0
-  end
+  tat, f, sr = tonumber(x), tonumber(y), tonumber(z)
 end
-if tat < now then tat, f = now, 0 end
-
-local allowed, remaining, retry, reset = false, 0, 0, 0
-if n > L then
-  retry = -1
-else
-  local iq, ir = muldiv(n, P, R)
-  local nt, nf = tat + iq, f + ir
-  if nf >= R then nt, nf = nt + 1, nf - R end
-  local lt, lf = now + tauQ, tauR
-  if nt < lt or (nt == lt and nf <= lf) then
-    allowed = true
-    tat, f = nt, nf
-  else
-    local dt, df = nt - lt, nf - lf
-    if df < 0 then dt, df = dt - 1, df + R end
-    retry = dt
-    if df > 0 then retry = retry + 1 end
-  end
-end
-local dt, df = now + tauQ - tat, tauR - f
-if df < 0 then dt, df = dt - 1, df + R end
-if dt >= 0 then
-  local q, r = muldiv(dt, R, P)
-  remaining = q + floor((r + df) / P)
-end
-if tat > now or (tat == now and f > 0) then
-  reset = tat - now
-  if f > 0 then reset = reset + 1 end
-end
+local allowed, remaining, retry, reset
+allowed, tat, f, remaining, retry, reset = bucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
 if n == 0 then allowed, retry = true, 0 end
 
 if allowed and n > 0 then

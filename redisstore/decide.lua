@@ -107,42 +107,13 @@ for i = 1, nk do
   wkind[i] = false
 
   if kind == 1 then
-    local tauQ, tauR = sp[8], sp[9]
     local found, tat, f, sr = read3(key, '^(%d+):(%d+):(%d+)$')
     if found == nil then return fail(out, base, tat) end
-    if sr ~= R then
-      if f > 0 then tat = tat + 1 end
-      f = 0
-    end
-    if tat < now then tat, f = now, 0 end
-    if n > L then
-      retry = -1
-    else
-      local iq, ir = sp[10], sp[11]
-      if n ~= 1 then iq, ir = muldiv(n, P, R) end
-      local nt, nf = tat + iq, f + ir
-      if nf >= R then nt, nf = nt + 1, nf - R end
-      local lt, lf = now + tauQ, tauR
-      if nt < lt or (nt == lt and nf <= lf) then
-        allowed = true
-        tat, f = nt, nf
-        wkind[i], wkey[i], wa[i], wb[i], wc[i] = 'SET', key, nt, nf, R
-      else
-        local dt, df = nt - lt, nf - lf
-        if df < 0 then dt, df = dt - 1, df + R end
-        retry = dt
-        if df > 0 then retry = retry + 1 end
-      end
-    end
-    local dt, df = now + tauQ - tat, tauR - f
-    if df < 0 then dt, df = dt - 1, df + R end
-    if dt >= 0 then
-      local q, r = muldiv(dt, R, P)
-      remaining = q + floor((r + df) / P)
-    end
-    if tat > now or (tat == now and f > 0) then
-      reset = tat - now
-      if f > 0 then reset = reset + 1 end
+    local iq, ir = sp[10], sp[11]
+    if n ~= 1 then iq, ir = muldiv(n, P, R) end
+    allowed, tat, f, remaining, retry, reset = bucket(tat, f, sr, now, n, L, R, P, sp[8], sp[9], iq, ir)
+    if allowed then
+      wkind[i], wkey[i], wa[i], wb[i], wc[i] = 'SET', key, tat, f, R
     end
 
   elseif kind == 2 then

@@ -37,6 +37,49 @@ local function muldiv(a, b, c)
   return a * bq + q, r
 end
 
+-- bucket is the GCRA step of the token bucket, leaky bucket and GCRA,
+-- mirroring stepBucket in algo.go. The key's TAT is tat + f/R, written
+-- at rate sr (0 for a missing key); tau = tauQ + tauR/R is the tolerance
+-- and n*T = iq + ir/R the request's cost in time. It returns whether the
+-- request passes, the TAT to store if it does (tat, f), and remaining,
+-- retry (-1 never) and reset.
+local function bucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
+  if sr ~= R then
+    -- The rate changed: the fraction is in other units; round up, drop it.
+    if f > 0 then tat = tat + 1 end
+    f = 0
+  end
+  if tat < now then tat, f = now, 0 end
+  local allowed, remaining, retry, reset = false, 0, 0, 0
+  if n > L then
+    retry = -1
+  else
+    local nt, nf = tat + iq, f + ir
+    if nf >= R then nt, nf = nt + 1, nf - R end
+    local lt, lf = now + tauQ, tauR
+    if nt < lt or (nt == lt and nf <= lf) then
+      allowed = true
+      tat, f = nt, nf
+    else
+      local dt, df = nt - lt, nf - lf
+      if df < 0 then dt, df = dt - 1, df + R end
+      retry = dt
+      if df > 0 then retry = retry + 1 end
+    end
+  end
+  local dt, df = now + tauQ - tat, tauR - f
+  if df < 0 then dt, df = dt - 1, df + R end
+  if dt >= 0 then
+    local q, r = muldiv(dt, R, P)
+    remaining = q + floor((r + df) / P)
+  end
+  if tat > now or (tat == now and f > 0) then
+    reset = tat - now
+    if f > 0 then reset = reset + 1 end
+  end
+  return allowed, tat, f, remaining, retry, reset
+end
+
 local function fmt(x) return format('%d', x) end
 local function fmt3(a, b, c) return format('%d:%d:%d', a, b, c) end
 
