@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -327,7 +330,14 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 		s.batch.decisions.Add(1)
 	}
 	sp := &c.specs[0]
-	out, err := bucketScript.Run(ctx, s.client, c.keys, c.now, c.n, s.extraTTL, sp[1], sp[2], sp[3]).Int64Slice()
+	quota, rate, period := sp[1], sp[2], sp[3]
+	tauQ, tauR := mulDiv(quota, period, rate)
+	iq, ir := mulDiv(c.n, period, rate)
+	var buf [80]byte
+	for i, v := range [10]int64{c.now, c.n, s.extraTTL, quota, rate, period, tauQ, tauR, iq, ir} {
+		binary.BigEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
+	}
+	out, err := bucketScript.Run(ctx, s.client, c.keys, string(buf[:])).Int64Slice()
 	switch {
 	case err != nil:
 		c.err = s.wrap(c.ctx, err)
@@ -336,4 +346,19 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 	default:
 		c.out = out
 	}
+}
+
+// mulDiv returns floor(a*b/c) and the remainder, exactly, as the script's
+// muldiv does, for 0 <= a, b and 0 < c. A cost so large that the quotient
+// overflows is denied by its size before its time matters; it saturates.
+func mulDiv(a, b, c int64) (q, r int64) {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return 1 << 53, 0
+	}
+	qq, rr := bits.Div64(hi, lo, uint64(c))
+	if qq >= 1<<53 {
+		return 1 << 53, 0
+	}
+	return int64(qq), int64(rr)
 }

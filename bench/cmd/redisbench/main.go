@@ -172,6 +172,12 @@ func main() {
 	}
 	fmt.Printf("%s, %d CPUs (GOMAXPROCS %d), %s, redis-server %s on loopback; %d runs of %s per cell, medians\n\n",
 		cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), redisVersion(client), *runs, *duration)
+	// Warm every peer up first (connections, scripts loaded, code paths),
+	// so that the first cell does not pay for it.
+	for _, p := range append(slices.Clone(redisPeers), memPeers...) {
+		run(p.make(open, time.Second, open), scenario{goroutines: 4, keys: 100, rate: open, burst: open, inProcess: !p.redis}, time.Second)
+	}
+	client.FlushAll(ctx)
 	fmt.Println("| load | limiter | decisions/s | p50 | p99 | ratio | admitted / ideal |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
