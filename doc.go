@@ -58,9 +58,19 @@
 //
 // New uses a MemoryStore: nothing to install, one process. To share limits
 // between processes, create a store with package redisstore and pass it to
-// NewLimiter; every decision is then one atomic Lua script on Redis, timed
-// by the Redis server's clock. Any Store can be checked with package
-// storetest.
+// NewLimiter; every decision is then decided atomically by a Lua script on
+// Redis, timed by the Redis server's clock, and concurrent decisions share
+// script calls. Wrap it in a fallback.Store (package fallback) so that a
+// Redis outage is answered by a local limiter, or by a fail-open or
+// fail-closed policy, instead of errors. Any Store can be checked with
+// package storetest.
+//
+// # Surfaces
+//
+// Package httplimit is net/http middleware with the RateLimit header
+// fields; package grpclimit gives gRPC interceptors; the floodgate command
+// (cmd/floodgate) serves limits over HTTP/JSON and the Redis protocol
+// (CL.THROTTLE) to programs in any language.
 //
 // # Several limits on one key
 //
