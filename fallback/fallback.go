@@ -157,13 +157,12 @@ type Store struct {
 	fails    atomic.Int64 // consecutive failures while Primary
 	stats    struct{ failures, fallbacks, switches, probes atomic.Uint64 }
 
-	mu       sync.Mutex // guards closed, since and the start of probe loops
-	closed   bool
-	since    time.Time // when the breaker last opened
-	stop     context.CancelFunc
-	stopCtx  context.Context
-	wg       sync.WaitGroup
-	isClosed atomic.Bool
+	mu      sync.Mutex // orders Close with since and the start of probe loops
+	closed  atomic.Bool
+	since   time.Time // when the breaker last opened
+	stop    context.CancelFunc
+	stopCtx context.Context
+	wg      sync.WaitGroup
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -241,7 +240,7 @@ func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, 
 	if err := floodgate.CheckTake(key, limits, n); err != nil {
 		return floodgate.Result{}, err
 	}
-	if s.isClosed.Load() {
+	if s.closed.Load() {
 		return floodgate.Result{}, floodgate.ErrClosed
 	}
 	if !s.degraded.Load() {
@@ -296,13 +295,17 @@ func (s *Store) answer(ctx context.Context, key string, limits []floodgate.Limit
 		return floodgate.Result{Limit: q, RetryAfter: s.interval, ResetAfter: s.interval, Source: floodgate.SourceFailClosed}, nil
 	}
 	var buf [floodgate.MaxLimits]floodgate.Limit
-	shares := buf[:len(limits)]
-	for i, l := range limits {
-		shares[i] = l.Share(s.instances)
-	}
-	r, err := s.local.Take(ctx, key, shares, n)
+	r, err := s.local.Take(ctx, key, s.shares(limits, buf[:0]), n)
 	r.Source = floodgate.SourceLocal
 	return r, err
+}
+
+// shares appends to dst the local limiter's share of each limit.
+func (s *Store) shares(limits []floodgate.Limit, dst []floodgate.Limit) []floodgate.Limit {
+	for _, l := range limits {
+		dst = append(dst, l.Share(s.instances))
+	}
+	return dst
 }
 
 // failed counts a failure of the primary and opens the breaker at the
@@ -314,7 +317,7 @@ func (s *Store) failed(err error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
 		return
 	}
 	s.since = s.clock.Now()
@@ -369,16 +372,12 @@ func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit)
 	if err := floodgate.CheckKey(key, limits); err != nil {
 		return err
 	}
-	if s.isClosed.Load() {
+	if s.closed.Load() {
 		return floodgate.ErrClosed
 	}
 	if s.local != nil {
 		var buf [floodgate.MaxLimits]floodgate.Limit
-		shares := buf[:len(limits)]
-		for i, l := range limits {
-			shares[i] = l.Share(s.instances)
-		}
-		if err := s.local.Reset(ctx, key, shares); err != nil {
+		if err := s.local.Reset(ctx, key, s.shares(limits, buf[:0])); err != nil {
 			return err
 		}
 	}
@@ -393,12 +392,10 @@ func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit)
 // once.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Swap(true) {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
-	s.isClosed.Store(true)
 	s.stop()
 	s.mu.Unlock()
 	s.wg.Wait()

@@ -87,13 +87,10 @@ Flags:
 		}
 		out, allowed = bytes.TrimSpace(b), r.Allowed
 	} else {
-		cfg := config.Example()
-		if *cfgPath != "" {
-			var err error
-			if cfg, err = config.Load(*cfgPath); err != nil {
-				fmt.Fprintf(stderr, "floodgate check: invalid rules file:\n%v\n", err)
-				return 2
-			}
+		cfg, err := loadRules(*cfgPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate check: invalid rules file:\n%v\n", err)
+			return 2
 		}
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		store, fb, _, closeStore, err := openStore(&sf, log)

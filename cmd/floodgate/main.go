@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -138,4 +140,13 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// loadRules returns the rules of the file at path, or the built-in example
+// rule when path is empty.
+func loadRules(path string) (*config.Config, error) {
+	if path == "" {
+		return config.Example(), nil
+	}
+	return config.Load(path)
 }

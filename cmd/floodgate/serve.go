@@ -17,7 +17,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fallback"
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/resp"
 	"github.com/floodgate/floodgate/internal/service"
@@ -78,15 +77,11 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 
-	cfg := config.Example()
-	var mod fileStamp
-	if *cfgPath != "" {
-		var err error
-		mod = stamp(*cfgPath) // before reading, so that no change is missed
-		if cfg, err = config.Load(*cfgPath); err != nil {
-			fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
-			return 2
-		}
+	mod := stamp(*cfgPath) // before reading, so that no change is missed
+	cfg, err := loadRules(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
+		return 2
 	}
 	store, fb, desc, closeStore, err := openStore(&sf, log)
 	if err != nil {

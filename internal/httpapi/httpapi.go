@@ -139,19 +139,11 @@ func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {
 		return CheckResponse{Rule: c.Rule, Error: err.Error(), Status: status}, status
 	}
 	retry, reset := ms(d.Result)
-	rule, _ := a.svc.Config().Rule(c.Rule)
 	return CheckResponse{
 		Rule: c.Rule, Allowed: d.Allowed, Limit: d.Result.Limit, Remaining: d.Result.Remaining,
-		RetryAfterMs: retry, ResetAfterMs: reset, Policy: policyName(rule.Limits, d.Result.Index),
+		RetryAfterMs: retry, ResetAfterMs: reset, Policy: d.Policy,
 		Shadow: d.Shadow, WouldDeny: d.Shadow && !d.Result.Allowed, Source: d.Result.Source.String(),
 	}, http.StatusOK
-}
-
-func policyName(limits []floodgate.Limit, i int) string {
-	if i < len(limits) {
-		return limits[i].Name()
-	}
-	return ""
 }
 
 func statusOf(err error) int {
@@ -160,9 +152,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, service.ErrBadRequest), errors.Is(err, floodgate.ErrInvalidKey), errors.Is(err, floodgate.ErrInvalidCost):
 		return http.StatusBadRequest
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable
 	}
+	// The store failed, or the request's context ended first.
 	return http.StatusServiceUnavailable
 }
 

@@ -38,6 +38,9 @@ type Decision struct {
 	// shadow rule.
 	Allowed bool
 	Result  floodgate.Result
+	// Policy is the name of the limit that Result describes ("" when it
+	// has none), from the same rules that decided.
+	Policy string
 }
 
 // Service decides requests against the current rules. It is safe for
@@ -141,7 +144,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 		s.decisions.Add(1, rule, "error")
 		return Decision{}, err
 	}
-	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res}
+	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Policy: r.Limits[res.Index].Name()}
 	switch {
 	case res.Allowed:
 		s.decisions.Add(1, rule, "allowed")
