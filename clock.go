@@ -17,14 +17,34 @@ type Clock interface {
 }
 
 // SystemClock returns the real clock. It is the only place in floodgate
-// that reads the time of day; everything else is given a Clock.
-func SystemClock() Clock { return systemClock{} }
+// that reads the time; everything else is given a Clock.
+//
+// The clock reads the time of day once, when SystemClock is called, and
+// from then on adds the monotonic clock's progress to it. A step of the
+// system's wall clock (NTP, an administrator) therefore does not move it:
+// a rate limiter must neither free nor block requests because the date
+// changed. Over a long run it may differ from the time of day by the
+// corrections the wall clock received since. Reading it is also cheaper
+// than time.Now, which reads both clocks.
+func SystemClock() Clock {
+	start := time.Now()
+	return &systemClock{start: start, startMicro: start.UnixMicro()}
+}
 
-type systemClock struct{}
+type systemClock struct {
+	start      time.Time // with its monotonic reading
+	startMicro int64     // start in Unix microseconds
+}
 
-func (systemClock) Now() time.Time { return time.Now() }
+func (c *systemClock) Now() time.Time { return c.start.Add(time.Since(c.start)) }
 
-func (systemClock) Sleep(ctx context.Context, d time.Duration) error {
+// micros is unixMicro(c.Now()) without building a time.Time: the one read
+// of the clock on the memory store's hot path.
+func (c *systemClock) micros() int64 {
+	return c.startMicro + int64(time.Since(c.start)/time.Microsecond)
+}
+
+func (*systemClock) Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

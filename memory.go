@@ -44,6 +44,7 @@ type MemoryConfig struct {
 // full: their absence means the same thing.
 type MemoryStore struct {
 	clock       Clock
+	sys         *systemClock // clock, when it is the system clock
 	seed        maphash.Seed
 	shards      []memShard
 	mask        uint64
@@ -121,7 +122,9 @@ func NewMemoryStore(cfg *MemoryConfig) *MemoryStore {
 		c.SweepInterval = time.Minute
 	}
 	n := 1 << bits.Len(uint(c.Shards-1))
+	sys, _ := c.Clock.(*systemClock)
 	s := &MemoryStore{
+		sys:         sys,
 		clock:       c.Clock,
 		seed:        maphash.MakeSeed(),
 		shards:      make([]memShard, n),
@@ -143,6 +146,18 @@ func NewMemoryStore(cfg *MemoryConfig) *MemoryStore {
 
 // Take implements Store.
 func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n int64) (Result, error) {
+	// One valid limit is the common case; its checks are spelled out here,
+	// inline, and CheckTake's error path is taken only when one fails.
+	if len(limits) == 1 && key != "" && len(key) <= MaxKeyLen && n >= 0 &&
+		limits[0].err == nil && limits[0].alg != 0 {
+		if s.closed.Load() {
+			return Result{}, ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		return s.takeOne(key, &limits[0], s.now(), n), nil
+	}
 	if err := CheckTake(key, limits, n); err != nil {
 		return Result{}, err
 	}
@@ -152,7 +167,7 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n in
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	now := unixMicro(s.clock.Now())
+	now := s.now()
 	if len(limits) == 1 {
 		return s.takeOne(key, &limits[0], now, n), nil
 	}
@@ -200,6 +215,14 @@ func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n in
 		out[i] = vs[i].export()
 	}
 	return Combine(limits, out[:len(limits)]), nil
+}
+
+// now reads the store's clock in microseconds.
+func (s *MemoryStore) now() int64 {
+	if s.sys != nil {
+		return s.sys.micros()
+	}
+	return unixMicro(s.clock.Now())
 }
 
 // takeOne is Take for a key with one limit: the common case, without the
@@ -290,7 +313,7 @@ func (s *MemoryStore) Reset(ctx context.Context, key string, limits []Limit) err
 // Sweep removes every key that is back to full and returns how many it
 // removed. The background sweeper calls it every SweepInterval.
 func (s *MemoryStore) Sweep() int {
-	now := unixMicro(s.clock.Now())
+	now := s.now()
 	removed := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
