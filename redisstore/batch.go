@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/redis/go-redis/v9"
 )
 
 // call is one decision on its way to Redis: its keys and its part of the
@@ -337,7 +338,7 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 	for i, v := range [10]int64{c.now, c.n, s.extraTTL, quota, rate, period, tauQ, tauR, iq, ir} {
 		binary.BigEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
 	}
-	out, err := bucketScript.Run(ctx, s.client, c.keys, string(buf[:])).Int64Slice()
+	out, err := s.runBucket(ctx, c.keys, string(buf[:])).Int64Slice()
 	switch {
 	case err != nil:
 		c.err = s.wrap(c.ctx, err)
@@ -346,6 +347,55 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 	default:
 		c.out = out
 	}
+}
+
+// runBucket runs the fast path: with FCALL while Redis takes it, and with
+// EVALSHA otherwise.
+func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis.Cmd {
+	if !s.noFunctions.Load() {
+		for try := 0; ; try++ {
+			cmd := s.client.FCall(ctx, bucketFunction, keys, arg)
+			err := cmd.Err()
+			var rerr redis.Error
+			if err == nil || !errors.As(err, &rerr) {
+				return cmd // a result, or a failure to reach Redis
+			}
+			msg := err.Error()
+			if strings.HasPrefix(msg, "ERR Function not found") && try == 0 {
+				// Never loaded here, flushed, or a failover to a server
+				// without it: load it, then call again.
+				if err := s.loadLibrary(ctx); err != nil {
+					if !errors.As(err, &rerr) {
+						cmd.SetErr(err)
+						return cmd
+					}
+					s.noFunctions.Store(true) // refused: use scripts
+					break
+				}
+				continue
+			}
+			if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "NOPERM") {
+				s.noFunctions.Store(true) // Redis 6, or an ACL without FCALL
+				break
+			}
+			if !strings.HasPrefix(msg, "ERR Function not found") {
+				return cmd // the function's own error, such as a foreign key
+			}
+			break // still not found after loading: this call uses a script
+		}
+	}
+	return bucketScript.Run(ctx, s.client, keys, arg)
+}
+
+// loadLibrary loads the function library on the server, or on every
+// master of a cluster (replicas get it from their master).
+func (s *Store) loadLibrary(ctx context.Context) error {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.FunctionLoadReplace(ctx, libraryCode).Err()
+		})
+	}
+	return s.client.FunctionLoadReplace(ctx, libraryCode).Err()
 }
 
 // mulDiv returns floor(a*b/c) and the remainder, exactly, as the script's

@@ -1,11 +1,12 @@
 -- floodgate: the fast path for the commonest decision, one request
 -- against one bucket limit (token bucket, leaky bucket, GCRA), sent alone.
 -- It decides with the same bucket function (prelude.lua) as decide.lua,
--- and reads and writes the same state, "tat:fraction:rate"; the conformance suite and the differential
+-- and reads and writes the same state (see parsebucket); the conformance suite and the differential
 -- fuzz test run through it. It exists because a lone decision costs Redis
 -- about a third of the instructions that decide.lua's general batch
 -- machinery does, and that is the latency of a single caller.
--- (prelude.lua comes first.)
+-- (prelude.lua comes first. As a script, init() is called before this
+-- code; in the library, this code is the body of a function.)
 --
 -- KEYS[1]  the bucket's state
 -- ARGV[1]  ten big-endian doubles (struct.pack '>dddddddddd'), which cost
@@ -17,7 +18,7 @@
 -- Returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs).
 
 local key = KEYS[1]
-local now, n, extra, L, R, P, tauQ, tauR, iq, ir = struct.unpack('>dddddddddd', ARGV[1])
+local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', ARGV[1])
 if now < 0 then
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -27,9 +28,8 @@ local tat, f, sr = 0, 0, 0
 local raw = rpcall('GET', key)
 if type(raw) == 'table' and raw.err then return wrongtype(key) end
 if raw then
-  local x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
-  if not x then return corrupt(key) end
-  tat, f, sr = tonumber(x), tonumber(y), tonumber(z)
+  tat, f, sr = parsebucket(raw)
+  if not tat then return corrupt(key) end
 end
 local allowed, remaining, retry, reset
 allowed, tat, f, remaining, retry, reset = bucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
@@ -38,6 +38,7 @@ if n == 0 then allowed, retry = true, 0 end
 if allowed and n > 0 then
   local ttl = floor((reset + 999) / 1000) + extra
   if ttl < 1 then ttl = 1 end
-  call('SET', key, fmt3(tat, f, R), 'PX', ttl)
+  -- fmt: Redis would format a number argument with %.17g, which costs more.
+  call('SET', key, fmtbucket(tat, f, R), 'PX', fmt(ttl))
 end
 return {allowed and 1 or 0, remaining, retry, reset}

@@ -23,7 +23,8 @@
 --
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
--- (prelude.lua comes first: muldiv, fmt, fmt3, corrupt, wrongtype.)
+-- (prelude.lua comes first: muldiv, bucket, fmt, fmt3, parsebucket,
+-- fmtbucket, corrupt, wrongtype; then a call of init().)
 
 -- The string states that this batch has read or written, by key, parsed
 -- into their three numbers (false for a missing key), and the writes to
@@ -34,25 +35,39 @@
 -- it.
 local states, ttls, dirty = {}, {}, {}
 
--- read3 reads a string key holding three integers "a:b:c" in the form
--- pattern says. It returns found, a, b, c (false, 0, 0, 0 for a missing
+-- read3 reads a string key holding three integers, which parse reads
+-- from its value. It returns found, a, b, c (false, 0, 0, 0 for a missing
 -- key), or nil and an error reply for a key of another type or content.
-local function read3(key, pattern)
+local function read3(key, parse)
   local v = states[key]
   if v == nil then
     local raw = rpcall('GET', key)
     if type(raw) == 'table' and raw.err then return nil, wrongtype(key) end
     v = false
     if raw then
-      local x, y, z = match(raw, pattern)
+      local x, y, z = parse(raw)
       if not x then return nil, corrupt(key) end
-      v = {tonumber(x), tonumber(y), tonumber(z)}
+      v = {x, y, z}
     end
     states[key] = v
   end
   if not v then return false, 0, 0, 0 end
   return true, v[1], v[2], v[3]
 end
+
+-- The windows' states, "a:b:c": see their kinds below.
+local function parsefixed(raw)
+  local x, y, z = match(raw, '^(%-?%d+):(%-?%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z) end
+end
+
+local function parsecounter(raw)
+  local x, y, z = match(raw, '^(%-?%d+):(%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z) end
+end
+
+-- The string keys that hold buckets, which are written by fmtbucket.
+local buckets = {}
 
 local function window(t, period, c0, c1, c2)
   if c1 == 0 then
@@ -107,7 +122,8 @@ for i = 1, nk do
   wkind[i] = false
 
   if kind == 1 then
-    local found, tat, f, sr = read3(key, '^(%d+):(%d+):(%d+)$')
+    local found, tat, f, sr = read3(key, parsebucket)
+    buckets[key] = true
     if found == nil then return fail(out, base, tat) end
     local iq, ir = sp[10], sp[11]
     if n ~= 1 then iq, ir = muldiv(n, P, R) end
@@ -120,7 +136,7 @@ for i = 1, nk do
     -- The state is "start:end:count". A window that starts after now (the
     -- clock went back) stays the current one, as in Go; its end is stored
     -- because a calendar window's end cannot be computed here.
-    local found, s, se, count = read3(key, '^(%-?%d+):(%-?%d+):(%d+)$')
+    local found, s, se, count = read3(key, parsefixed)
     if found == nil then return fail(out, base, s) end
     local start, stop
     if found and s >= now then
@@ -142,7 +158,7 @@ for i = 1, nk do
     if count > 0 then reset = stop - now end
 
   elseif kind == 3 then
-    local found, s, sp, sc = read3(key, '^(%-?%d+):(%d+):(%d+)$')
+    local found, s, sp, sc = read3(key, parsecounter)
     if found == nil then return fail(out, base, s) end
     local t = max(now, s)
     local e = t % P
@@ -265,6 +281,8 @@ for r = 1, tonumber(ARGV[3 + 7 * nspecs]) do
 end
 for _, key in ipairs(dirty) do
   local v = states[key]
-  call('SET', key, fmt3(v[1], v[2], v[3]), 'PX', ttls[key])
+  local value
+  if buckets[key] then value = fmtbucket(v[1], v[2], v[3]) else value = fmt3(v[1], v[2], v[3]) end
+  call('SET', key, value, 'PX', ttls[key])
 end
 return out

@@ -1,11 +1,18 @@
 -- floodgate: what decide.lua and bucket.lua share. The Go code prepends
--- this file to each of them, so each script is one chunk for EVALSHA.
+-- this file to each of them, so each script is one chunk for EVALSHA, and
+-- to bucket.lua wrapped in a function for the Redis function library
+-- (FUNCTION LOAD, FCALL), whose chunk runs once, at load time.
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
 local TWO53 = 9007199254740992
--- Globals read once: a global is a table lookup at every use.
-local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
-local call, rpcall = redis.call, redis.pcall
+-- Globals read once: a global is a table lookup at every use. A library
+-- is loaded where only the redis table exists, so init binds them at the
+-- first call (a script calls it first thing).
+local floor, max, min, format, match, tonumber, sunpack, call, rpcall
+local function init()
+  floor, max, min, format, match = math.floor, math.max, math.min, string.format, string.match
+  tonumber, sunpack, call, rpcall = _G.tonumber, struct.unpack, redis.call, redis.pcall
+end
 
 -- floor(a*b/c) and remainder, exactly, for 0 <= a, b and 0 < c < 2^52.
 local function muldiv(a, b, c)
@@ -82,6 +89,21 @@ end
 
 local function fmt(x) return format('%d', x) end
 local function fmt3(a, b, c) return format('%d:%d:%d', a, b, c) end
+
+-- A bucket's state is its TAT in µs, "tat", or, when the TAT has a
+-- fraction f/R of a µs (a rate that does not divide its period evenly),
+-- "tat:f:R". parsebucket returns tat, f, R (0, 0 in the short form), or
+-- nil for anything else; fmtbucket writes the shorter form that holds.
+local function parsebucket(raw)
+  if match(raw, '^%d+$') then return tonumber(raw), 0, 0 end
+  local x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z) end
+end
+
+local function fmtbucket(tat, f, R)
+  if f == 0 then return fmt(tat) end
+  return fmt3(tat, f, R)
+end
 
 local function corrupt(key)
   return redis.error_reply('FLOODGATE corrupt state: key ' .. key .. ' does not hold floodgate data')

@@ -2,7 +2,9 @@
 // share one limit. Every decision is one atomic Lua script, run with
 // EVALSHA (and reloaded transparently after SCRIPT FLUSH, a restart or a
 // failover), timed by the Redis server's clock so that the application
-// servers' clocks do not matter.
+// servers' clocks do not matter. On Redis 7 and later the commonest
+// decision, one request on one bucket limit, runs as a Redis function
+// (FCALL) instead, which costs Redis less; see Options.DisableFunctions.
 //
 // It works with standalone Redis, Sentinel and Redis Cluster: give New any
 // redis.UniversalClient. Requires Redis 5 or later (scripts that read TIME
@@ -23,6 +25,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -50,9 +53,33 @@ var (
 // decides any batch; bucket is its fast path for one request on one
 // bucket limit.
 var (
-	decideScript = redis.NewScript(preludeSource + decideSource)
-	bucketScript = redis.NewScript(preludeSource + bucketSource)
+	decideScript = redis.NewScript(preludeSource + "init()\n" + decideSource)
+	bucketScript = redis.NewScript(preludeSource + "init()\n" + bucketSource)
 )
+
+// The function library holds the fast path as a Redis function (Redis 7
+// and later), called with FCALL. It decides exactly as bucketScript does,
+// with the same code, but costs Redis about a tenth fewer instructions
+// per call: a script's chunk runs at every call, binding its globals and
+// building its helper closures each time, where a library's runs once,
+// at load. The library and its function are named by a hash of the
+// library's code, so that floodgate versions sharing a Redis never call
+// each other's code.
+var (
+	libraryCode, libraryName = library()
+	bucketFunction           = libraryName + "_bucket"
+)
+
+func library() (code, name string) {
+	body := preludeSource + "local function fastpath(KEYS, ARGV)\n" + bucketSource + "end\n"
+	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body)))[:26]
+	code = "#!lua name=" + name + "\n" + body +
+		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
+		"  if not call then init() end\n" +
+		"  return fastpath(keys, args)\n" +
+		"end)\n"
+	return code, name
+}
 
 // Options configures a Store. The zero value (or nil) gives the defaults.
 type Options struct {
@@ -87,6 +114,15 @@ type Options struct {
 	// of the key by another process is not seen until the retry-after
 	// passes. Default: off.
 	DenialCache bool
+	// DisableFunctions runs the fast path (one request on one bucket
+	// limit) as a script with EVALSHA even on Redis 7 and later, where by
+	// default the Store loads it as a Redis function library
+	// (FUNCTION LOAD, named floodgate_<hash>) and calls it with FCALL,
+	// which costs Redis less. The Store falls back to EVALSHA by itself
+	// where functions are missing (Redis 6) or refused (an ACL without
+	// FUNCTION or FCALL), and reloads the library after FUNCTION FLUSH or
+	// a failover to a server without it. Default: off.
+	DisableFunctions bool
 }
 
 // Store is a floodgate.Store on Redis. It is safe for concurrent use.
@@ -102,7 +138,10 @@ type Store struct {
 	// noFastPath sends lone bucket decisions through decide.lua too; the
 	// tests set it to check that both scripts decide alike.
 	noFastPath bool
-	closed     atomic.Bool
+	// noFunctions is set when functions are disabled, missing or refused:
+	// the fast path then runs with EVALSHA.
+	noFunctions atomic.Bool
+	closed      atomic.Bool
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -129,6 +168,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 		o.Prefix = "floodgate:"
 	}
 	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock}
+	s.noFunctions.Store(o.DisableFunctions)
 	_, s.cluster = client.(*redis.ClusterClient)
 	if o.Clock != nil {
 		s.extraTTL = injectedClockTTL.Milliseconds()

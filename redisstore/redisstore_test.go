@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,9 @@ func TestConformanceBatchOptions(t *testing.T) {
 			return st
 		})
 	})
+	t.Run("scripts-only", func(t *testing.T) {
+		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DisableFunctions = true }))
+	})
 	t.Run("denial-cache", func(t *testing.T) {
 		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DenialCache = true }))
 	})
@@ -63,7 +67,19 @@ func TestConformanceBatchOptions(t *testing.T) {
 
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	storetest.Run(t, factory(cluster.Client(t)))
+	client := cluster.Client(t)
+	storetest.Run(t, factory(client))
+	// The fast path ran as a function: its library is on every master.
+	err := client.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "floodgate_*"}).Result()
+		if err == nil && len(libs) != 1 {
+			err = fmt.Errorf("%s holds libraries %+v, want floodgate's", c.Options().Addr, libs)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestKeysShareSlot checks that every Redis key of one decision is in one
@@ -141,6 +157,56 @@ func TestHostileState(t *testing.T) {
 	}
 }
 
+// TestBucketState checks the two forms of a bucket's state, "tat" and
+// "tat:f:R" (TAT in µs plus f/R µs), through both scripts: each reads
+// either, and writes the short one unless the TAT has a fraction.
+func TestBucketState(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	now := storetest.Base.UnixMicro()
+	us := func(d int64) string { return strconv.FormatInt(now+d, 10) }
+	tests := []struct {
+		name      string
+		limit     floodgate.Limit
+		before    string // the key's state, "" for none
+		remaining int64
+		after     string
+	}{
+		{"fresh, even rate", floodgate.TokenBucket(10, time.Second, 10), "", 9, us(100000)},
+		{"short form", floodgate.TokenBucket(10, time.Second, 10), us(500000), 4, us(600000)},
+		{"long form, no fraction", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":0:10", 4, us(600000)},
+		{"fresh, uneven rate", floodgate.TokenBucket(3, time.Second, 3), "", 2, us(333333) + ":1:3"},
+		{"fraction adds up", floodgate.TokenBucket(3, time.Second, 3), us(333333) + ":2:3", 0, us(666667)},
+		{"fraction of another rate", floodgate.TokenBucket(10, time.Second, 10), us(499999) + ":1:3", 4, us(600000)},
+	}
+	for _, path := range []string{"fast path", "decide"} {
+		for i, tt := range tests {
+			t.Run(path+"/"+tt.name, func(t *testing.T) {
+				st := redisstore.New(client, &redisstore.Options{Prefix: "bs:", Clock: storetest.NewClock(storetest.Base)})
+				defer st.Close()
+				if path == "decide" {
+					st.DisableFastPath()
+				}
+				key := path + strconv.Itoa(i)
+				rkey := "bs:{" + key + "}:0b"
+				if tt.before != "" {
+					if err := client.Set(ctx, rkey, tt.before, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := st.Take(ctx, key, []floodgate.Limit{tt.limit}, 1)
+				if err != nil || !r.Allowed || r.Remaining != tt.remaining {
+					t.Fatalf("Take = %+v, %v; want allowed with %d remaining", r, err, tt.remaining)
+				}
+				if got := client.Get(ctx, rkey).Val(); got != tt.after {
+					t.Errorf("state %q, want %q", got, tt.after)
+				}
+			})
+		}
+	}
+}
+
 func TestErrorsAreWrapped(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
@@ -185,6 +251,78 @@ func TestScriptReloaded(t *testing.T) {
 		if err := client.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFunctions checks the fast path's Redis function library: loaded on
+// first use, reloaded after FUNCTION FLUSH, and replaced by scripts where
+// an ACL refuses FUNCTION LOAD or FCALL, or where functions are disabled;
+// the decisions are the same in every case.
+func TestFunctions(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		acl     string // the rules of the store's user, or "" for the default user
+		disable bool
+		flush   bool // FUNCTION FLUSH between decisions
+		loaded  bool // the library is on the server afterwards
+	}{
+		{name: "default", loaded: true},
+		{name: "flushed", flush: true, loaded: true},
+		{name: "no FUNCTION", acl: "+@all -function"},
+		{name: "no FCALL", acl: "+@all -fcall"},
+		{name: "disabled", disable: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := admin.FunctionFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			client := admin
+			if tt.acl != "" {
+				rules := []interface{}{"ACL", "SETUSER", "lim", "reset", "on", ">pw", "~*", "&*"}
+				for _, r := range strings.Fields(tt.acl) {
+					rules = append(rules, r)
+				}
+				if err := admin.Do(ctx, rules...).Err(); err != nil {
+					t.Fatal(err)
+				}
+				client = redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
+				defer client.Close()
+			}
+			st := redisstore.New(client, &redisstore.Options{Prefix: tt.name + ":", DisableFunctions: tt.disable})
+			defer st.Close()
+			limits := []floodgate.Limit{floodgate.PerMinute(3)}
+			for i := range 4 {
+				r, err := st.Take(ctx, "k", limits, 1)
+				if err != nil {
+					t.Fatalf("decision %d: %v", i, err)
+				}
+				if want := i < 3; r.Allowed != want || r.Remaining != max(0, int64(2-i)) {
+					t.Fatalf("decision %d: %+v, want allowed %v", i, r, want)
+				}
+				if tt.flush {
+					if err := admin.FunctionFlush(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if tt.flush {
+				// Flushed after the last decision: one more loads it again.
+				if _, err := st.Take(ctx, "other", limits, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			libs, err := admin.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "floodgate_*"}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if loaded := len(libs) == 1; loaded != tt.loaded {
+				t.Fatalf("libraries on the server: %+v, want loaded %v", libs, tt.loaded)
+			}
+		})
 	}
 }
 
