@@ -8,8 +8,11 @@
 //
 // Rows: 1, 8 and 64 goroutines on one hot key and on 10,000 keys, and an
 // abuse mix where 90% of requests hit 16 keys far over their limit.
-// Within each run the peers take turns on the same load; the table shows
-// the medians of the runs, so that a noisy machine affects all alike.
+// Within each run the peers take turns on the same load, each run starting
+// with the next peer; at one goroutine they take turns request by request.
+// The table shows the median of each column over the runs, so that a
+// noisy machine affects all alike, and, where the peers ran one at a
+// time, the Redis server's CPU time per decision.
 //
 //	cd bench && go run ./cmd/redisbench -duration 5s -runs 5
 package main
@@ -65,7 +68,10 @@ type scenario struct {
 
 type result struct {
 	perSec      float64
+	decisions   int64
 	p50, p99    time.Duration
+	redisCPU    time.Duration // per decision
+	interleaved bool          // redisCPU was not measured
 	admitted    int64
 	ideal       int64
 	latMeasured bool
@@ -178,8 +184,8 @@ func main() {
 		run(p.make(open, time.Second, open), scenario{goroutines: 4, keys: 100, rate: open, burst: open, inProcess: !p.redis}, time.Second)
 	}
 	client.FlushAll(ctx)
-	fmt.Println("| load | limiter | decisions/s | p50 | p99 | ratio | admitted / ideal |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / ideal |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
 		if !strings.Contains(sc.name, *only) {
 			continue
@@ -189,22 +195,53 @@ func main() {
 			peers = memPeers
 		}
 		res := make([][]result, len(peers))
-		for range *runs {
-			for i, p := range peers {
+		if sc.goroutines == 1 && !sc.inProcess {
+			// One caller: the peers take turns request by request, so
+			// that the machine's drift (this is a shared VM) hits all
+			// alike; each run is still a separate sample.
+			for range *runs {
+				client.FlushAll(ctx)
+				ds := make([]decider, len(peers))
+				for i, p := range peers {
+					ds[i] = p.make(sc.rate, time.Second, sc.burst)
+				}
+				for i, rs := range runInterleaved(ds, sc, *duration) {
+					res[i] = append(res[i], rs)
+				}
+			}
+		}
+		for r := range *runs {
+			if sc.goroutines == 1 && !sc.inProcess {
+				break
+			}
+			// Each run starts with the next peer, so that none always
+			// runs first (or last) after a flush.
+			for j := range peers {
+				i := (r + j) % len(peers)
+				p := peers[i]
+				var cpu0 time.Duration
 				if p.redis {
 					client.FlushAll(ctx)
+					cpu0 = redisCPU(ctx, client)
 				}
-				res[i] = append(res[i], run(p.make(sc.rate, time.Second, sc.burst), sc, *duration))
+				rs := run(p.make(sc.rate, time.Second, sc.burst), sc, *duration)
+				if p.redis {
+					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
+				}
+				res[i] = append(res[i], rs)
 			}
 		}
 		base := median(res[1]).perSec // redis_rate, or x/time/rate
 		for i, p := range peers {
 			m := median(res[i])
-			p50, p99 := "-", "-"
+			p50, p99, cpu := "-", "-", "-"
 			if m.latMeasured {
 				p50, p99 = fmtDur(m.p50), fmtDur(m.p99)
+				if !m.interleaved {
+					cpu = fmt.Sprintf("%.1fµs", float64(m.redisCPU)/float64(time.Microsecond))
+				}
 			}
-			fmt.Printf("| %s | %s | %.0f | %s | %s | %.2f× | %d / %d (%.1f%%) |\n", sc.name, p.name, m.perSec, p50, p99,
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
 				m.perSec/base, m.admitted, m.ideal, 100*float64(m.admitted)/float64(m.ideal))
 		}
 	}
@@ -221,6 +258,60 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%dµs", d.Microseconds())
 	}
 	return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+}
+
+// runInterleaved drives ds with sc's load from one goroutine for dur,
+// the deciders in turn, one request at a time, each first in turn as often
+// as the others, and measures each. A
+// decider's decisions/s is the inverse of its mean latency. Redis CPU is
+// not told apart, so it is not reported.
+func runInterleaved(ds []decider, sc scenario, dur time.Duration) []result {
+	names := make([]string, sc.keys)
+	for i := range names {
+		names[i] = "k" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	lat := make([][]time.Duration, len(ds))
+	busy := make([]time.Duration, len(ds))
+	admitted := make([]int64, len(ds))
+	perKey := make([][]int64, len(ds)) // requests per key, the same for all
+	for i := range ds {
+		perKey[i] = make([]int64, sc.keys)
+	}
+	start := time.Now()
+	for n := 0; n%64 != 0 || time.Since(start) < dur; n++ {
+		k := n % sc.keys
+		for j := range ds {
+			i := (n + j) % len(ds) // each takes each place in the turn
+			d := ds[i]
+			t0 := time.Now()
+			ok, err := d(ctx, names[k])
+			l := time.Since(t0)
+			if err != nil {
+				log.Fatal(err)
+			}
+			lat[i] = append(lat[i], l)
+			busy[i] += l
+			perKey[i][k]++
+			if ok {
+				admitted[i]++
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	most := int64(sc.burst) + int64(float64(sc.rate)*elapsed.Seconds())
+	out := make([]result, len(ds))
+	for i := range ds {
+		var ideal int64
+		for _, c := range perKey[i] {
+			ideal += min(c, most)
+		}
+		all := lat[i]
+		slices.Sort(all)
+		out[i] = result{perSec: float64(len(all)) / busy[i].Seconds(), decisions: int64(len(all)),
+			p50: all[len(all)/2], p99: all[len(all)*99/100], latMeasured: true, admitted: admitted[i], ideal: ideal, interleaved: true}
+	}
+	return out
 }
 
 // run drives d with sc's load for dur and measures it. In process, where
@@ -289,7 +380,7 @@ func run(d decider, sc scenario, dur time.Duration) result {
 		adm += admitted[k].Load()
 		ideal += min(requests[k].Load(), most)
 	}
-	r := result{perSec: float64(total) / elapsed.Seconds(), admitted: adm, ideal: ideal}
+	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, admitted: adm, ideal: ideal}
 	if !sc.inProcess {
 		all := slices.Concat(lat...)
 		slices.Sort(all)
@@ -298,18 +389,44 @@ func run(d decider, sc scenario, dur time.Duration) result {
 	return r
 }
 
+// median returns the median of each column of rs over the runs, each taken
+// on its own: the run with the median throughput need not have the median
+// latency.
 func median(rs []result) result {
-	rs = slices.Clone(rs)
-	slices.SortFunc(rs, func(a, b result) int {
-		switch {
-		case a.perSec < b.perSec:
-			return -1
-		case a.perSec > b.perSec:
-			return 1
+	m := rs[0]
+	m.perSec = medianOf(rs, func(r result) float64 { return r.perSec })
+	m.p50 = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.p50) }))
+	m.p99 = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.p99) }))
+	m.redisCPU = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.redisCPU) }))
+	// Admitted and ideal stay a pair, from the median-throughput run.
+	i := slices.IndexFunc(rs, func(r result) bool { return r.perSec == m.perSec })
+	m.admitted, m.ideal = rs[i].admitted, rs[i].ideal
+	return m
+}
+
+func medianOf(rs []result, f func(result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// redisCPU returns the CPU time the redis-server process has used so far,
+// user and system, as INFO cpu reports it.
+func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
+	info, _ := c.Info(ctx, "cpu").Result()
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				total += x
+			}
 		}
-		return 0
-	})
-	return rs[len(rs)/2]
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // memoryPerKey fills n keys with one decision each, for each Redis peer,
