@@ -210,9 +210,15 @@ func groupBySlot(calls []*call) [][]*call {
 
 // sendGroup runs calls whose keys share a slot in one script call.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
-	if c := calls[0]; len(calls) == 1 && c.nk == 1 && c.specs[0][0] == 1 && !s.noFastPath {
-		s.sendBucket(ctx, c)
-		return
+	if !s.noFastPath && len(calls) <= pipelineMax && allBucket(calls) {
+		if len(calls) == 1 {
+			s.sendBucket(ctx, calls[0])
+			return
+		}
+		if s.fnReady.Load() {
+			s.sendPipelined(ctx, calls)
+			return
+		}
 	}
 	// The limits' specs go once each; requests name them by index.
 	var keys []string
@@ -323,30 +329,82 @@ var crc16Table = func() (t [256]uint16) {
 	return t
 }()
 
-// sendBucket decides one request on one bucket limit with the fast-path
-// script.
+// pipelineMax is the largest batch of lone bucket decisions that goes out
+// as a pipeline of fast-path function calls, one per decision, rather than
+// as one decide.lua call: for a few decisions, the fast path's lower cost
+// per call outweighs decide.lua's sharing of one call among them. Each
+// function call is atomic and they run in order, so the results are those
+// of one call after the other.
+const pipelineMax = 4
+
+// allBucket reports whether every call is one request on one bucket limit,
+// which the fast path decides.
+func allBucket(calls []*call) bool {
+	for _, c := range calls {
+		if c.nk != 1 || c.specs[0][0] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// sendPipelined decides lone bucket decisions with one fast-path function
+// call each, in one pipeline. The library is known to be loaded; a call
+// that finds it gone (FUNCTION FLUSH, a failover) was not run, and is sent
+// again on its own, which loads it.
+func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
+	if s.batch != nil {
+		s.batch.scripts.Add(uint64(len(calls)))
+		s.batch.decisions.Add(uint64(len(calls)))
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, bucketArg(c, s.extraTTL))
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, c := range calls {
+		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "ERR Function not found") {
+			s.fnReady.Store(false)
+			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, bucketArg(c, s.extraTTL)))
+			continue
+		}
+		c.out, c.err = s.bucketResult(c, cmds[i])
+	}
+}
+
+// sendBucket decides one request on one bucket limit with the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	if s.batch != nil {
 		s.batch.scripts.Add(1)
 		s.batch.decisions.Add(1)
 	}
+	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, bucketArg(c, s.extraTTL)))
+}
+
+// bucketArg packs the fast path's arguments (see bucket.lua).
+func bucketArg(c *call, extraTTL int64) string {
 	sp := &c.specs[0]
 	quota, rate, period := sp[1], sp[2], sp[3]
 	tauQ, tauR := mulDiv(quota, period, rate)
 	iq, ir := mulDiv(c.n, period, rate)
 	var buf [80]byte
-	for i, v := range [10]int64{c.now, c.n, s.extraTTL, quota, rate, period, tauQ, tauR, iq, ir} {
+	for i, v := range [10]int64{c.now, c.n, extraTTL, quota, rate, period, tauQ, tauR, iq, ir} {
 		binary.BigEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
 	}
-	out, err := s.runBucket(ctx, c.keys, string(buf[:])).Int64Slice()
+	return string(buf[:])
+}
+
+// bucketResult reads the fast path's reply to c.
+func (s *Store) bucketResult(c *call, cmd *redis.Cmd) ([]int64, error) {
+	out, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
-		c.err = s.wrap(c.ctx, err)
+		return nil, s.wrap(c.ctx, err)
 	case len(out) != 4:
-		c.err = fmt.Errorf("%w: script returned %d values for one limit", floodgate.ErrStore, len(out))
-	default:
-		c.out = out
+		return nil, fmt.Errorf("%w: script returned %d values for one limit", floodgate.ErrStore, len(out))
 	}
+	return out, nil
 }
 
 // runBucket runs the fast path: with FCALL while Redis takes it, and with
@@ -357,8 +415,12 @@ func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis
 			cmd := s.client.FCall(ctx, bucketFunction, keys, arg)
 			err := cmd.Err()
 			var rerr redis.Error
-			if err == nil || !errors.As(err, &rerr) {
-				return cmd // a result, or a failure to reach Redis
+			if err == nil {
+				s.fnReady.Store(true)
+				return cmd
+			}
+			if !errors.As(err, &rerr) {
+				return cmd // a failure to reach Redis
 			}
 			msg := err.Error()
 			if strings.HasPrefix(msg, "ERR Function not found") && try == 0 {

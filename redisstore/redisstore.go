@@ -141,7 +141,11 @@ type Store struct {
 	// noFunctions is set when functions are disabled, missing or refused:
 	// the fast path then runs with EVALSHA.
 	noFunctions atomic.Bool
-	closed      atomic.Bool
+	// fnReady is set once a function call has succeeded, and cleared when
+	// one finds the library gone: small batches then go out as pipelines
+	// of function calls.
+	fnReady atomic.Bool
+	closed  atomic.Bool
 }
 
 var _ floodgate.Store = (*Store)(nil)

@@ -326,6 +326,55 @@ func TestFunctions(t *testing.T) {
 	}
 }
 
+// TestFunctionFlushUnderLoad flushes the function library again and again
+// while 16 goroutines decide on 8 keys, so that single calls and pipelined
+// small batches find it gone: no decision fails, and every key admits
+// exactly its burst.
+func TestFunctionFlushUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	st := redisstore.New(client, &redisstore.Options{Prefix: "ffl:", MaxInflight: 1})
+	defer st.Close()
+	limits := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 20)}
+	const workers, tries, keys = 16, 50, 8
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*tries)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range tries {
+				if w == 0 && i%5 == 0 {
+					if err := client.FunctionFlush(ctx).Err(); err != nil {
+						errs <- err
+					}
+				}
+				k := (w + i) % keys
+				r, err := st.Take(ctx, "k"+strconv.Itoa(k), limits, 1)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for k := range admitted {
+		if n := admitted[k].Load(); n != 20 {
+			t.Errorf("key %d admitted %d, want 20", k, n)
+		}
+	}
+}
+
 func TestNewFromURL(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", "s3cret")
 	st, err := redisstore.NewFromURL("redis://:s3cret@"+srv.Addr+"/2", nil)
