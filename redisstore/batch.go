@@ -364,7 +364,7 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
-		if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "ERR Function not found") {
+		if functionMissing(cmds[i].Err()) {
 			s.fnReady.Store(false)
 			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, bucketArg(c, s.extraTTL)))
 			continue
@@ -410,43 +410,47 @@ func (s *Store) bucketResult(c *call, cmd *redis.Cmd) ([]int64, error) {
 // runBucket runs the fast path: with FCALL while Redis takes it, and with
 // EVALSHA otherwise.
 func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis.Cmd {
-	if !s.noFunctions.Load() {
-		for try := 0; ; try++ {
-			cmd := s.client.FCall(ctx, bucketFunction, keys, arg)
-			err := cmd.Err()
-			var rerr redis.Error
-			if err == nil {
-				s.fnReady.Store(true)
+	if s.noFunctions.Load() {
+		return bucketScript.Run(ctx, s.client, keys, arg)
+	}
+	cmd := s.client.FCall(ctx, bucketFunction, keys, arg)
+	if functionMissing(cmd.Err()) {
+		// Never loaded here, flushed, or a failover to a server without
+		// it: load it, then call again.
+		if err := s.loadLibrary(ctx); err != nil {
+			if !isRedisError(err) {
+				cmd.SetErr(err) // a failure to reach Redis
 				return cmd
 			}
-			if !errors.As(err, &rerr) {
-				return cmd // a failure to reach Redis
-			}
-			msg := err.Error()
-			if strings.HasPrefix(msg, "ERR Function not found") && try == 0 {
-				// Never loaded here, flushed, or a failover to a server
-				// without it: load it, then call again.
-				if err := s.loadLibrary(ctx); err != nil {
-					if !errors.As(err, &rerr) {
-						cmd.SetErr(err)
-						return cmd
-					}
-					s.noFunctions.Store(true) // refused: use scripts
-					break
-				}
-				continue
-			}
-			if strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "NOPERM") {
-				s.noFunctions.Store(true) // Redis 6, or an ACL without FCALL
-				break
-			}
-			if !strings.HasPrefix(msg, "ERR Function not found") {
-				return cmd // the function's own error, such as a foreign key
-			}
-			break // still not found after loading: this call uses a script
+			s.noFunctions.Store(true) // refused: use scripts
+			return bucketScript.Run(ctx, s.client, keys, arg)
 		}
+		cmd = s.client.FCall(ctx, bucketFunction, keys, arg)
+	}
+	err := cmd.Err()
+	switch {
+	case err == nil:
+		s.fnReady.Store(true)
+		return cmd
+	case functionMissing(err):
+		// Still not found after loading: this call uses a script.
+	case isRedisError(err) && (strings.HasPrefix(err.Error(), "ERR unknown command") || strings.HasPrefix(err.Error(), "NOPERM")):
+		s.noFunctions.Store(true) // Redis 6, or an ACL without FCALL
+	default:
+		return cmd // a failure to reach Redis, or the function's own error
 	}
 	return bucketScript.Run(ctx, s.client, keys, arg)
+}
+
+// functionMissing reports whether err is Redis saying the library is not
+// loaded: the call was not run.
+func functionMissing(err error) bool {
+	return isRedisError(err) && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // loadLibrary loads the function library on the server, or on every
