@@ -38,7 +38,7 @@ type systemClock struct {
 
 func (c *systemClock) Now() time.Time { return c.start.Add(time.Since(c.start)) }
 
-// micros is unixMicro(c.Now()) without building a time.Time: the one read
+// micros is c.Now().UnixMicro() without building a time.Time: the one read
 // of the clock on the memory store's hot path.
 func (c *systemClock) micros() int64 {
 	return c.startMicro + int64(time.Since(c.start)/time.Microsecond)
@@ -54,7 +54,3 @@ func (*systemClock) Sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
-
-// unixMicro converts t to integer microseconds since the Unix epoch, the
-// unit every algorithm works in.
-func unixMicro(t time.Time) int64 { return t.UnixMicro() }

@@ -29,7 +29,7 @@ func TestSystemClock(t *testing.T) {
 		}
 		prev = z
 	}
-	if s := NewMemoryStore(&MemoryConfig{SweepInterval: -1}); s.sys == nil {
+	if s := NewMemoryStore(&MemoryOptions{SweepInterval: -1}); s.sys == nil {
 		t.Fatal("the default memory store does not use the system clock's integer read")
 	}
 }

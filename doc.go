@@ -50,9 +50,9 @@
 //     decides exactly as TokenBucket(l, p, c).
 //   - For the windows, the limit is both the quota and the rate.
 //
-// A request may cost more than 1 (AllowN); a cost larger than Quota can
-// never pass and is denied with RetryAfter Never, and Wait fails at once
-// with ErrCostTooHigh. A cost of 0 peeks.
+// A request may cost more than 1 (AllowN, WaitN); a cost larger than Quota
+// can never pass and is denied with RetryAfter Never, and WaitN fails at
+// once with ErrCostTooHigh. A cost of 0 peeks (Peek).
 //
 // # Choosing a store
 //
@@ -62,8 +62,31 @@
 // Redis, timed by the Redis server's clock, and concurrent decisions share
 // script calls. Wrap it in a fallback.Store (package fallback) so that a
 // Redis outage is answered by a local limiter, or by a fail-open or
-// fail-closed policy, instead of errors. Any Store can be checked with
-// package storetest.
+// fail-closed policy, instead of errors.
+//
+// NewLimiter validates its limits and has the store prepare them once
+// (Store.Prepare); each decision then only decides. Package core holds
+// what every store decides with, and documents how to write a Store;
+// package storetest is the conformance suite every Store passes.
+//
+// # Layout
+//
+//	floodgate          limits, Limiter, Result, the memory store (this package)
+//	floodgate/core     algorithms, exact arithmetic, validation: for store authors
+//	floodgate/redisstore, floodgate/fallback    the Redis store; surviving its failures
+//	floodgate/httplimit, floodgate/grpclimit    net/http middleware; gRPC interceptors
+//	floodgate/storetest                         the conformance suite
+//	cmd/floodgate      floodgate serve: HTTP/JSON and the Redis protocol
+//
+// # Options
+//
+// Every package is configured the same way: a constructor takes what it
+// needs and a pointer to an Options struct (nil for the defaults) whose
+// zero fields mean "the default": NewLimiter(store, limits, &Options{...}),
+// NewMemoryStore(&MemoryOptions{...}), redisstore.New(client,
+// &redisstore.Options{...}). One struct lists every setting in one place,
+// is filled as easily from flags or a file as in code, and grows without
+// breaking callers.
 //
 // # Surfaces
 //
@@ -74,10 +97,10 @@
 //
 // # Several limits on one key
 //
-// NewLimiter(store, []Limit{PerSecond(10), PerHour(1000)}) checks both
-// limits as one: a request passes only if every limit admits it, and then
-// all are charged; if any denies, none is. Result.Index names the limit
-// the Result describes (the denying one, or the one closest to denying).
+// New(PerSecond(10), PerHour(1000)) checks both limits as one: a request
+// passes only if every limit admits it, and then all are charged; if any
+// denies, none is. Result.Index and Result.Name say which limit the Result
+// describes (the denying one, or the one closest to denying).
 //
 // # Arithmetic
 //

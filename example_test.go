@@ -29,19 +29,19 @@ func ExampleNew() {
 // Two limits on one key, checked as one: 2 per second and 3 per hour.
 func ExampleNewLimiter() {
 	clock := storetest.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
-	store := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock})
+	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock})
 	defer store.Close()
 	lim, err := floodgate.NewLimiter(store, []floodgate.Limit{
 		floodgate.TokenBucket(2, time.Second, 2).Named("second"),
 		floodgate.FixedWindow(3, time.Hour).Named("hour"),
-	})
+	}, &floodgate.Options{Clock: clock})
 	if err != nil {
 		panic(err)
 	}
 	for i := 0; i < 4; i++ {
 		res, _ := lim.Allow(context.Background(), "api-key:abc")
 		fmt.Printf("allowed=%v by %q remaining=%d retry=%s\n",
-			res.Allowed, lim.Limits()[res.Index].Name(), res.Remaining, res.RetryAfter)
+			res.Allowed, res.Name, res.Remaining, res.RetryAfter)
 		clock.Advance(time.Second)
 	}
 	// Output:
@@ -57,20 +57,21 @@ func ExampleGCRA() {
 	lim, _ := floodgate.New(floodgate.GCRA(15, 30, time.Minute))
 	defer lim.Close()
 	res, _ := lim.Allow(context.Background(), "user123")
-	fmt.Println(res.Allowed, res.Limit, res.Remaining, res.ResetAfter.Round(time.Second))
+	fmt.Println(res.Allowed, res.Quota, res.Remaining, res.ResetAfter.Round(time.Second))
 	// Output: true 16 15 2s
 }
 
-// Wait blocks until the request passes, or fails at once when it never can.
-func ExampleLimiter_Wait() {
+// WaitN blocks until the request passes, or fails at once when it never
+// can.
+func ExampleLimiter_WaitN() {
 	lim, _ := floodgate.New(floodgate.TokenBucket(1, time.Second, 1))
 	defer lim.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	fmt.Println(lim.Wait(ctx, "k", 1))
-	err := lim.Wait(ctx, "k", 1) // 1s away; the deadline is 100ms away
+	fmt.Println(lim.Wait(ctx, "k"))
+	err := lim.WaitN(ctx, "k", 1) // 1s away; the deadline is 100ms away
 	fmt.Println(errors.Is(err, floodgate.ErrDeadline))
-	err = lim.Wait(ctx, "k", 2) // more than the burst: never
+	err = lim.WaitN(ctx, "k", 2) // more than the burst: never
 	fmt.Println(errors.Is(err, floodgate.ErrCostTooHigh))
 	// Output:
 	// <nil>

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/floodgate/floodgate/core"
 )
 
 // Algorithm identifies a rate limiting algorithm. The zero value is no
@@ -49,10 +51,19 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidLimit, s)
 }
 
-// bucket reports whether the algorithm is one of the three that share the
-// GCRA core (token bucket, leaky bucket and GCRA itself).
-func (a Algorithm) bucket() bool {
-	return a == AlgorithmTokenBucket || a == AlgorithmLeakyBucket || a == AlgorithmGCRA
+// kind returns the core kind that decides the algorithm.
+func (a Algorithm) kind() core.Kind {
+	switch a {
+	case AlgorithmTokenBucket, AlgorithmLeakyBucket, AlgorithmGCRA:
+		return core.Bucket
+	case AlgorithmFixedWindow:
+		return core.Fixed
+	case AlgorithmSlidingWindow:
+		return core.Sliding
+	case AlgorithmSlidingLog:
+		return core.Log
+	}
+	return 0
 }
 
 // Calendar is a calendar unit for fixed windows aligned to local time.
@@ -62,9 +73,9 @@ type Calendar uint8
 // months on the first at midnight, all in the window's time zone, so a day
 // can last 23 or 25 hours across a daylight saving change.
 const (
-	Day Calendar = iota + 1
-	Week
-	Month
+	Day   = Calendar(core.Day)
+	Week  = Calendar(core.Week)
+	Month = Calendar(core.Month)
 )
 
 // String returns "day", "week" or "month".
@@ -86,11 +97,11 @@ func (c Calendar) String() string {
 const (
 	// MaxQuota is the largest rate, burst, capacity or window limit: about
 	// 1.1 trillion.
-	MaxQuota = 1 << 40
+	MaxQuota = core.MaxQuota
 	// MaxPeriod is the longest period or window, and the longest time a
 	// bucket may take to refill from empty (burst * period / rate): 2^48
 	// microseconds, about 8.9 years.
-	MaxPeriod = time.Duration(1<<48) * time.Microsecond
+	MaxPeriod = core.MaxPeriod
 )
 
 // Limit describes one rate limit: an algorithm and its parameters. Build
@@ -103,19 +114,9 @@ const (
 // the Limit and reported by Validate, by NewLimiter and by every store call
 // that is given the Limit. The zero Limit is invalid.
 type Limit struct {
-	alg    Algorithm
-	quota  int64 // the most one request may cost: burst, capacity, max_burst+1 or window limit
-	rate   int64 // bucket family: events per period
-	period int64 // microseconds: the bucket's period, or the window's length
-	cal    Calendar
-	loc    *time.Location
-	name   string
-	err    error
-
-	// Bucket family: the emission interval period/rate as tq + tr/rate
-	// microseconds, and the tolerance quota*period/rate as tauQ + tauR/rate.
-	tq, tr     int64
-	tauQ, tauR int64
+	alg  Algorithm
+	spec core.Spec // the compiled form, which stores decide with
+	err  error
 }
 
 // TokenBucket returns a token bucket limit: a bucket of burst tokens,
@@ -154,9 +155,7 @@ func LeakyBucket(capacity, leak int64, period time.Duration) Limit {
 // TokenBucket(count, period, maxBurst+1).
 func GCRA(maxBurst, count int64, period time.Duration) Limit {
 	if maxBurst < 0 || maxBurst >= MaxQuota {
-		l := Limit{alg: AlgorithmGCRA}
-		l.err = fmt.Errorf("%w: gcra max_burst must be between 0 and %d, got %d", ErrInvalidLimit, MaxQuota-1, maxBurst)
-		return l
+		return Limit{alg: AlgorithmGCRA, err: fmt.Errorf("%w: gcra max_burst must be between 0 and %d, got %d", ErrInvalidLimit, MaxQuota-1, maxBurst)}
 	}
 	return newBucket(AlgorithmGCRA, count, period, maxBurst+1, "max_burst+1")
 }
@@ -177,9 +176,7 @@ func PerHour(n int64) Limit { return TokenBucket(n, time.Hour, n) }
 // and every store agrees where a window starts. A burst of up to 2*limit
 // can pass across a window boundary; SlidingLog and SlidingWindow avoid it.
 func FixedWindow(limit int64, window time.Duration) Limit {
-	l := Limit{alg: AlgorithmFixedWindow, quota: limit, name: ""}
-	l.err = checkWindow(&l, limit, window)
-	return l
+	return newWindow(AlgorithmFixedWindow, limit, window)
 }
 
 // CalendarWindow returns a fixed window limit whose windows are calendar
@@ -187,24 +184,8 @@ func FixedWindow(limit int64, window time.Duration) Limit {
 // per day, resetting at midnight in Europe/Paris". Period reports the
 // nominal length (24h, 168h, or 30 days for a month).
 func CalendarWindow(limit int64, unit Calendar, loc *time.Location) Limit {
-	if loc == nil {
-		loc = time.UTC
-	}
-	l := Limit{alg: AlgorithmFixedWindow, quota: limit, cal: unit, loc: loc}
-	var nominal time.Duration
-	switch unit {
-	case Day:
-		nominal = 24 * time.Hour
-	case Week:
-		nominal = 7 * 24 * time.Hour
-	case Month:
-		nominal = 30 * 24 * time.Hour
-	default:
-		l.err = fmt.Errorf("%w: unknown calendar unit %d", ErrInvalidLimit, unit)
-		return l
-	}
-	l.err = checkWindow(&l, limit, nominal)
-	return l
+	spec, err := core.NewCalendarWindow(AlgorithmFixedWindow.String(), limit, core.Calendar(unit), loc)
+	return Limit{alg: AlgorithmFixedWindow, spec: spec, err: err}
 }
 
 // SlidingLog returns an exact sliding window limit: at most limit units of
@@ -212,9 +193,7 @@ func CalendarWindow(limit int64, unit Calendar, loc *time.Location) Limit {
 // every admitted unit that is still in the window, so its memory grows with
 // the limit (never beyond it).
 func SlidingLog(limit int64, window time.Duration) Limit {
-	l := Limit{alg: AlgorithmSlidingLog, quota: limit}
-	l.err = checkWindow(&l, limit, window)
-	return l
+	return newWindow(AlgorithmSlidingLog, limit, window)
 }
 
 // SlidingWindow returns an approximate sliding window limit (the sliding
@@ -224,67 +203,30 @@ func SlidingLog(limit int64, window time.Duration) Limit {
 // estimate rounds up, so it never admits more than SlidingLog would when
 // requests are spread evenly. Memory is constant per key.
 func SlidingWindow(limit int64, window time.Duration) Limit {
-	l := Limit{alg: AlgorithmSlidingWindow, quota: limit}
-	l.err = checkWindow(&l, limit, window)
-	return l
+	return newWindow(AlgorithmSlidingWindow, limit, window)
 }
 
 func newBucket(alg Algorithm, rate int64, period time.Duration, quota int64, quotaName string) Limit {
-	l := Limit{alg: alg, quota: quota, rate: rate}
-	switch {
-	case rate < 1 || rate > MaxQuota:
-		l.err = fmt.Errorf("%w: %s rate must be between 1 and %d per period, got %d", ErrInvalidLimit, alg, int64(MaxQuota), rate)
-	case quota < 1 || quota > MaxQuota:
-		l.err = fmt.Errorf("%w: %s %s must be between 1 and %d, got %d", ErrInvalidLimit, alg, quotaName, int64(MaxQuota), quota)
-	default:
-		l.err = checkPeriod(&l, period)
-	}
-	if l.err != nil {
-		return l
-	}
-	l.tq, l.tr = mulDiv(1, l.period, l.rate)
-	l.tauQ, l.tauR = mulDiv(l.quota, l.period, l.rate)
-	if l.tauQ >= int64(MaxPeriod/time.Microsecond) {
-		l.err = fmt.Errorf("%w: %s refills from empty in %s (%s * period / rate), more than the maximum %s",
-			ErrInvalidLimit, alg, time.Duration(l.tauQ)*time.Microsecond, quotaName, MaxPeriod)
-	}
-	return l
+	spec, err := core.NewBucket(alg.String(), rate, period, quota, quotaName)
+	return Limit{alg: alg, spec: spec, err: err}
 }
 
-func checkWindow(l *Limit, limit int64, window time.Duration) error {
-	if limit < 1 || limit > MaxQuota {
-		return fmt.Errorf("%w: %s limit must be between 1 and %d, got %d", ErrInvalidLimit, l.alg, int64(MaxQuota), limit)
-	}
-	return checkPeriod(l, window)
-}
-
-func checkPeriod(l *Limit, p time.Duration) error {
-	switch {
-	case p <= 0:
-		return fmt.Errorf("%w: %s period must be positive, got %s", ErrInvalidLimit, l.alg, p)
-	case p%time.Microsecond != 0:
-		return fmt.Errorf("%w: %s period must be a whole number of microseconds, got %s", ErrInvalidLimit, l.alg, p)
-	case p > MaxPeriod:
-		return fmt.Errorf("%w: %s period must be at most %s, got %s", ErrInvalidLimit, l.alg, MaxPeriod, p)
-	}
-	l.period = int64(p / time.Microsecond)
-	return nil
+func newWindow(alg Algorithm, limit int64, window time.Duration) Limit {
+	spec, err := core.NewWindow(alg.kind(), alg.String(), limit, window)
+	return Limit{alg: alg, spec: spec, err: err}
 }
 
 // Named returns a copy of l labelled name. The name identifies the limit
 // in results, in RateLimit-Policy headers and in metrics ("burst",
 // "daily"); it has no effect on decisions.
 func (l Limit) Named(name string) Limit {
-	l.name = name
+	l.spec.Name = name
 	return l
 }
 
 // Validate returns nil when l is usable, or an error wrapping
 // ErrInvalidLimit that says which parameter is wrong.
-func (l Limit) Validate() error { return l.validate() }
-
-// validate is Validate without copying the Limit, for the hot path.
-func (l *Limit) validate() error {
+func (l Limit) Validate() error {
 	if l.err != nil {
 		return l.err
 	}
@@ -298,95 +240,59 @@ func (l *Limit) validate() error {
 func (l Limit) Algorithm() Algorithm { return l.alg }
 
 // Name returns the label given by Named, or "".
-func (l Limit) Name() string { return l.name }
+func (l Limit) Name() string { return l.spec.Name }
 
 // Quota returns the most that one request can cost and the most a fresh
 // key admits at once: the token bucket's burst, the leaky bucket's
 // capacity, GCRA's max_burst+1, or a window's limit. It is what results
-// report as Limit.
-func (l Limit) Quota() int64 { return l.quota }
+// report as Quota.
+func (l Limit) Quota() int64 { return l.spec.Quota }
 
 // Rate returns how many units the limit restores per Period: the token
 // bucket's rate, the leaky bucket's leak, GCRA's count, or a window's
 // limit.
-func (l Limit) Rate() int64 {
-	if l.alg.bucket() {
-		return l.rate
-	}
-	return l.quota
-}
+func (l Limit) Rate() int64 { return l.spec.Rate }
 
 // Period returns the period over which Rate units are restored: the
 // bucket's period or the window's length (nominal for calendar windows).
-func (l Limit) Period() time.Duration { return time.Duration(l.period) * time.Microsecond }
+func (l Limit) Period() time.Duration { return time.Duration(l.spec.Period) * time.Microsecond }
 
-// Window returns the fixed window that contains t: for FixedWindow the
-// epoch-aligned window, for CalendarWindow the calendar day, week or month
-// in the limit's time zone. For the other algorithms it returns t, t.
-func (l Limit) Window(t time.Time) (start, end time.Time) {
-	if l.alg != AlgorithmFixedWindow {
-		return t, t
+// Span returns the time over which the limit admits its Quota: a window's
+// length (nominal for calendar windows), or for the bucket algorithms the
+// time an empty bucket takes to refill, Quota × Period / Rate rounded up to
+// the microsecond. Quota per Span is then both the burst and the long-run
+// rate; it is the w of a RateLimit-Policy header field.
+func (l Limit) Span() time.Duration {
+	if l.spec.Kind != core.Bucket {
+		return l.Period()
 	}
-	s, e := l.window(unixMicro(t))
-	return time.UnixMicro(s), time.UnixMicro(e)
+	us := l.spec.TauQ
+	if l.spec.TauR > 0 {
+		us++
+	}
+	return time.Duration(us) * time.Microsecond
 }
 
 // Calendar returns the calendar unit and time zone of a calendar-aligned
 // fixed window, or 0 and nil for every other limit.
-func (l Limit) Calendar() (Calendar, *time.Location) { return l.cal, l.loc }
+func (l Limit) Calendar() (Calendar, *time.Location) {
+	return Calendar(l.spec.Calendar), l.spec.Location
+}
 
 // String describes the limit, for logs and error messages:
 // "token-bucket 10/1s burst 20".
 func (l Limit) String() string {
 	var s string
-	switch {
-	case l.alg.bucket():
-		s = fmt.Sprintf("%s %d/%s burst %d", l.alg, l.rate, l.Period(), l.quota)
-	case l.cal != 0:
-		s = fmt.Sprintf("%s %d per %s (%s)", l.alg, l.quota, l.cal, l.loc)
+	switch cal, loc := l.Calendar(); {
+	case l.alg.kind() == core.Bucket:
+		s = fmt.Sprintf("%s %d/%s burst %d", l.alg, l.spec.Rate, l.Period(), l.spec.Quota)
+	case cal != 0:
+		s = fmt.Sprintf("%s %d per %s (%s)", l.alg, l.spec.Quota, cal, loc)
 	default:
-		s = fmt.Sprintf("%s %d/%s", l.alg, l.quota, l.Period())
+		s = fmt.Sprintf("%s %d/%s", l.alg, l.spec.Quota, l.Period())
 	}
-	if l.name != "" {
-		s = l.name + ": " + s
+	if l.spec.Name != "" {
+		s = l.spec.Name + ": " + s
 	}
-	return s
-}
-
-// Share returns the 1/n share of l that one of n processes may admit on
-// its own: the quota (burst, capacity or window limit) divided by n,
-// rounded down but at least 1, and for the bucket algorithms the rate
-// divided by n too (by stretching the period n times, which is exact). A
-// fallback store gives its local limiter Share(instances) of each limit,
-// so that n processes cut off from Redis admit about the global limit
-// between them, not n times it. Share(1) returns l; n < 1 gives an invalid
-// Limit.
-func (l Limit) Share(n int64) Limit {
-	if l.err != nil || n == 1 {
-		return l
-	}
-	if n < 1 {
-		bad := Limit{alg: l.alg, name: l.name}
-		bad.err = fmt.Errorf("%w: share must be of 1 or more instances, got %d", ErrInvalidLimit, n)
-		return bad
-	}
-	q := max(1, l.quota/n)
-	var s Limit
-	switch {
-	case l.alg.bucket():
-		if l.period <= int64(MaxPeriod/time.Microsecond)/n {
-			s = newBucket(l.alg, l.rate, l.Period()*time.Duration(n), q, "quota")
-		}
-		if s.alg == 0 || s.err != nil {
-			// The stretched period is out of range: divide the rate instead.
-			s = newBucket(l.alg, max(1, l.rate/n), l.Period(), q, "quota")
-		}
-	case l.cal != 0:
-		s = CalendarWindow(q, l.cal, l.loc)
-	default:
-		s = l
-		s.quota = q
-	}
-	s.name = l.name
 	return s
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/floodgate/floodgate/core"
 )
 
 // Limiter applies a fixed set of limits to keys, over a Store.
@@ -12,19 +14,21 @@ import (
 // take a context first and return the store's errors; a denied request is
 // reported by Result.Allowed, never as an error.
 type Limiter struct {
-	store  Store
 	limits []Limit
+	specs  []core.Spec
+	policy Policy
+	store  Store // closed by Close when owned
+	owned  bool
 	clock  Clock
-	owned  bool // the Limiter made the store, so Close closes it
 }
 
-// Option configures a Limiter.
-type Option func(*Limiter)
-
-// WithClock makes Wait read the time and sleep through c instead of the
-// system clock. Give the store the same clock in tests.
-func WithClock(c Clock) Option {
-	return func(l *Limiter) { l.clock = c }
+// Options configures a Limiter. The zero value (or nil) gives the
+// defaults. (Every package is configured this way; the package
+// documentation says why.)
+type Options struct {
+	// Clock is what WaitN reads the time from and sleeps on. Give the
+	// store the same clock in tests. Default: SystemClock().
+	Clock Clock
 }
 
 // New returns a Limiter that applies limits over a new in-memory store
@@ -33,36 +37,63 @@ func WithClock(c Clock) Option {
 //
 // Several limits are checked as one: New(PerSecond(10), PerHour(1000)).
 func New(limits ...Limit) (*Limiter, error) {
-	if err := checkLimits(limits); err != nil {
+	if _, err := compile(limits); err != nil {
 		return nil, err
 	}
-	l, err := NewLimiter(NewMemoryStore(nil), limits)
+	st := NewMemoryStore(nil)
+	l, err := NewLimiter(st, limits, nil)
 	if err != nil {
+		st.Close()
 		return nil, err
 	}
 	l.owned = true
 	return l, nil
 }
 
-// NewLimiter returns a Limiter that applies limits over store. Closing the
+// NewLimiter returns a Limiter that applies limits over store: it
+// validates the limits and has the store prepare them, once. Closing the
 // Limiter does not close store, which may be shared by several Limiters.
-func NewLimiter(store Store, limits []Limit, opts ...Option) (*Limiter, error) {
+func NewLimiter(store Store, limits []Limit, opts *Options) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("floodgate: NewLimiter needs a store")
 	}
-	if err := checkLimits(limits); err != nil {
+	specs, err := compile(limits)
+	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, limits: slices.Clone(limits), clock: SystemClock()}
-	for _, o := range opts {
-		o(l)
+	p, err := store.Prepare(specs)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{limits: slices.Clone(limits), specs: specs, policy: p, store: store}
+	if opts != nil {
+		l.clock = opts.Clock
+	}
+	if l.clock == nil {
+		l.clock = SystemClock()
 	}
 	return l, nil
 }
 
-func checkLimits(limits []Limit) error {
-	// "k" stands in for a key: only the limits are checked here.
-	return CheckKey("k", limits)
+// compile validates limits and returns their compiled forms.
+func compile(limits []Limit) ([]core.Spec, error) {
+	if len(limits) == 0 || len(limits) > MaxLimits {
+		return nil, core.CheckSpecs(make([]core.Spec, len(limits))) // says how many are allowed
+	}
+	specs := make([]core.Spec, len(limits))
+	for i, l := range limits {
+		if err := l.Validate(); err != nil {
+			if len(limits) > 1 {
+				return nil, fmt.Errorf("limit %d: %w", i, err)
+			}
+			return nil, err
+		}
+		specs[i] = l.spec
+	}
+	if err := core.CheckSpecs(specs); err != nil {
+		return nil, err
+	}
+	return specs, nil
 }
 
 // Limits returns a copy of the limits the Limiter applies.
@@ -70,7 +101,7 @@ func (l *Limiter) Limits() []Limit { return slices.Clone(l.limits) }
 
 // Allow is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	return l.store.Take(ctx, key, l.limits, 1)
+	return l.AllowN(ctx, key, 1)
 }
 
 // AllowN decides whether a request of cost n on key passes every limit,
@@ -78,33 +109,42 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // key's state and nothing changes. A cost larger than a limit's Quota is
 // denied with RetryAfter Never.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	return l.store.Take(ctx, key, l.limits, n)
+	d, err := l.policy.Take(ctx, key, n)
+	if err != nil {
+		return Result{}, err
+	}
+	return result(l.specs, d), nil
 }
 
 // Peek is AllowN(ctx, key, 0): the key's state, without changing it.
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
-	return l.store.Take(ctx, key, l.limits, 0)
+	return l.AllowN(ctx, key, 0)
 }
 
 // Reset makes key full again on every limit.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	return l.store.Reset(ctx, key, l.limits)
+	return l.policy.Reset(ctx, key)
 }
 
-// Wait blocks until a request of cost n on key is allowed (and charged),
+// Wait is WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until a request of cost n on key is allowed (and charged),
 // or ctx is done. It returns at once, without waiting, an error wrapping
 // ErrCostTooHigh when n is larger than a limit's Quota, and one wrapping
 // ErrDeadline when ctx's deadline comes before the request could pass.
 //
-// Wait sleeps for the RetryAfter that each denial reports, then tries
+// WaitN sleeps for the RetryAfter that each denial reports, then tries
 // again. Waiters are not queued: when several wait on one key, the first
 // to try after capacity returns gets it.
-func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r, err := l.store.Take(ctx, key, l.limits, n)
+		r, err := l.AllowN(ctx, key, n)
 		if err != nil {
 			return err
 		}

@@ -14,9 +14,9 @@ import (
 func newTestLimiter(t *testing.T, limits ...floodgate.Limit) (*floodgate.Limiter, *floodgate.MemoryStore, *storetest.Clock) {
 	t.Helper()
 	clock := storetest.NewClock(storetest.Base)
-	st := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, SweepInterval: -1})
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	lim, err := floodgate.NewLimiter(st, limits, floodgate.WithClock(clock))
+	lim, err := floodgate.NewLimiter(st, limits, &floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestWait(t *testing.T) {
 				defer cancel()
 			}
 			start := clock.Now()
-			err := lim.Wait(c, "k", tt.n)
+			err := lim.WaitN(c, "k", tt.n)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Wait = %v, want %v", err, tt.wantErr)
 			}
@@ -82,7 +82,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := floodgate.New(floodgate.PerSecond(0)); !errors.Is(err, floodgate.ErrInvalidLimit) {
 		t.Errorf("New(PerSecond(0)) = %v, want ErrInvalidLimit", err)
 	}
-	if _, err := floodgate.NewLimiter(nil, []floodgate.Limit{floodgate.PerSecond(1)}); err == nil {
+	if _, err := floodgate.NewLimiter(nil, []floodgate.Limit{floodgate.PerSecond(1)}, nil); err == nil {
 		t.Error("NewLimiter(nil store) succeeded")
 	}
 	lim, err := floodgate.New(floodgate.PerSecond(1))
@@ -131,11 +131,14 @@ func TestMemoryStoreRemovesIdleKeys(t *testing.T) {
 func TestMemoryStoreMaxKeys(t *testing.T) {
 	ctx := context.Background()
 	clock := storetest.NewClock(storetest.Base)
-	st := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, MaxKeys: 64, Shards: 4, SweepInterval: -1})
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, MaxKeys: 64, Shards: 4, SweepInterval: -1})
 	defer st.Close()
-	limits := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 1)}
+	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 1)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 10000; i++ {
-		if _, err := st.Take(ctx, fmt.Sprint("flood", i), limits, 1); err != nil {
+		if _, err := lim.Allow(ctx, fmt.Sprint("flood", i)); err != nil {
 			t.Fatal(err)
 		}
 		if st.Len() > 64 {
@@ -150,7 +153,7 @@ func TestMemoryStoreMaxKeys(t *testing.T) {
 	clock.Advance(2 * time.Hour)
 	before := st.Evictions()
 	for i := 0; i < 8; i++ {
-		if _, err := st.Take(ctx, fmt.Sprint("later", i), limits, 1); err != nil {
+		if _, err := lim.Allow(ctx, fmt.Sprint("later", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,14 +163,18 @@ func TestMemoryStoreMaxKeys(t *testing.T) {
 }
 
 func TestMemoryStoreCloseStopsSweeper(t *testing.T) {
-	st := floodgate.NewMemoryStore(&floodgate.MemoryConfig{SweepInterval: time.Millisecond})
-	if err := st.Close(); err != nil {
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: time.Millisecond})
+	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Reset(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(1)}); !errors.Is(err, floodgate.ErrClosed) {
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Reset(context.Background(), "k"); !errors.Is(err, floodgate.ErrClosed) {
 		t.Fatalf("Reset after Close = %v", err)
 	}
 }

@@ -4,14 +4,17 @@ import (
 	"context"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate/floodgate/core"
 )
 
-// MemoryConfig configures NewMemoryStore. The zero value (or nil) gives the
+// MemoryOptions configures NewMemoryStore. The zero value (or nil) gives the
 // defaults.
-type MemoryConfig struct {
+type MemoryOptions struct {
 	// Clock is the store's time source. Default: SystemClock().
 	Clock Clock
 	// MaxKeys bounds how many keys the store holds, so that a flood of
@@ -92,19 +95,19 @@ func (sh *memShard) remove(key string) {
 
 type memEntry struct {
 	full   int64 // µs: when every limit on the key is back to full
-	states []state
+	states []core.State
 }
 
 // evictSample is how many keys a full shard looks at to choose one to
 // evict.
 const evictSample = 16
 
-// NewMemoryStore returns a new in-memory store configured by cfg (nil for
+// NewMemoryStore returns a new in-memory store configured by opts (nil for
 // the defaults). Close it to stop its background sweeper.
-func NewMemoryStore(cfg *MemoryConfig) *MemoryStore {
-	var c MemoryConfig
-	if cfg != nil {
-		c = *cfg
+func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
+	var c MemoryOptions
+	if opts != nil {
+		c = *opts
 	}
 	if c.Clock == nil {
 		c.Clock = SystemClock()
@@ -144,77 +147,99 @@ func NewMemoryStore(cfg *MemoryConfig) *MemoryStore {
 	return s
 }
 
-// Take implements Store.
-func (s *MemoryStore) Take(ctx context.Context, key string, limits []Limit, n int64) (Result, error) {
-	// One valid limit is the common case; its checks are spelled out here,
-	// inline, and CheckTake's error path is taken only when one fails.
-	if len(limits) == 1 && key != "" && len(key) <= MaxKeyLen && n >= 0 &&
-		limits[0].err == nil && limits[0].alg != 0 {
-		if s.closed.Load() {
-			return Result{}, ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
-		return s.takeOne(key, &limits[0], s.now(), n), nil
-	}
-	if err := CheckTake(key, limits, n); err != nil {
-		return Result{}, err
+// Prepare implements Store.
+func (s *MemoryStore) Prepare(limits []core.Spec) (Policy, error) {
+	if err := core.CheckSpecs(limits); err != nil {
+		return nil, err
 	}
 	if s.closed.Load() {
-		return Result{}, ErrClosed
+		return nil, ErrClosed
+	}
+	return &memPolicy{s: s, specs: slices.Clone(limits)}, nil
+}
+
+// memPolicy is the memory store's Policy.
+type memPolicy struct {
+	s     *MemoryStore
+	specs []core.Spec
+}
+
+// Take implements Policy.
+func (p *memPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	// The checks are spelled out inline for the hot path; the core's
+	// checks run only to say what is wrong.
+	if key == "" || len(key) > MaxKeyLen || n < 0 {
+		if err := core.CheckKey(key); err != nil {
+			return core.Decision{}, err
+		}
+		return core.Decision{}, core.CheckCost(n)
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.Decision{}, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return core.Decision{}, err
 	}
 	now := s.now()
-	if len(limits) == 1 {
-		return s.takeOne(key, &limits[0], now, n), nil
+	if len(p.specs) == 1 {
+		return core.Decision{Verdict: s.takeOne(key, &p.specs[0], now, n)}, nil
 	}
-	var vs [MaxLimits]verdict
-	var next [MaxLimits]delta
+	var vs [MaxLimits]core.Verdict
+	var next [MaxLimits]core.Delta
 
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
 	e := sh.get(key)
-	if e != nil && len(e.states) != len(limits) {
-		e.resize(len(limits))
+	if e != nil && len(e.states) != len(p.specs) {
+		e.resize(len(p.specs))
 	}
 	allowed := true
-	for i := range limits {
-		var st *state
-		var zero state
+	for i := range p.specs {
+		var st *core.State
+		var zero core.State
 		if e != nil {
 			st = &e.states[i]
-			if st.kind != limits[i].alg.kind() {
-				*st = state{}
+			if st.Kind != p.specs[i].Kind {
+				*st = core.State{}
 			}
 		} else {
 			st = &zero
 		}
-		vs[i], next[i] = limits[i].step(st, now, n)
-		allowed = allowed && vs[i].allowed
+		vs[i], next[i] = p.specs[i].Step(st, now, n)
+		allowed = allowed && vs[i].Allowed
 	}
 	charged := allowed && n > 0
 	if e == nil && charged {
-		e = &memEntry{states: make([]state, len(limits))}
+		e = &memEntry{states: make([]core.State, len(p.specs))}
 		s.insert(sh, key, e, now)
 	}
 	if e != nil {
 		var full int64
-		for i := range limits {
-			commit(&e.states[i], next[i], n, charged)
-			full = max(full, vs[i].reset)
+		for i := range p.specs {
+			core.Commit(&e.states[i], next[i], n, charged)
+			full = max(full, vs[i].Reset)
 		}
 		e.full = now + full
 	}
 	sh.mu.Unlock()
+	return core.Decide(vs[:len(p.specs)]), nil
+}
 
-	var out [MaxLimits]Verdict
-	for i := range limits {
-		out[i] = vs[i].export()
+// Reset implements Policy: it forgets key.
+func (p *memPolicy) Reset(ctx context.Context, key string) error {
+	if err := core.CheckKey(key); err != nil {
+		return err
 	}
-	return Combine(limits, out[:len(limits)]), nil
+	s := p.s
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh.mu.Lock()
+	sh.remove(key)
+	sh.mu.Unlock()
+	return nil
 }
 
 // now reads the store's clock in microseconds.
@@ -222,48 +247,44 @@ func (s *MemoryStore) now() int64 {
 	if s.sys != nil {
 		return s.sys.micros()
 	}
-	return unixMicro(s.clock.Now())
+	return s.clock.Now().UnixMicro()
 }
 
-// takeOne is Take for a key with one limit: the common case, without the
+// takeOne decides a key with one limit: the common case, without the
 // arrays that several limits need.
-func (s *MemoryStore) takeOne(key string, l *Limit, now, n int64) Result {
+func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64) core.Verdict {
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
 	e := sh.get(key)
-	var st *state
-	var zero state
+	var st *core.State
+	var zero core.State
 	if e != nil {
 		if len(e.states) != 1 {
 			e.resize(1)
 		}
 		st = &e.states[0]
-		if st.kind != l.alg.kind() {
-			*st = state{}
+		if st.Kind != l.Kind {
+			*st = core.State{}
 		}
 	} else {
 		st = &zero
 	}
-	v, next := l.step(st, now, n)
-	charged := v.allowed && n > 0
+	v, next := l.Step(st, now, n)
+	charged := v.Allowed && n > 0
 	if e == nil && charged {
-		e = &memEntry{states: make([]state, 1)}
+		e = &memEntry{states: make([]core.State, 1)}
 		s.insert(sh, key, e, now)
 	}
 	if e != nil {
-		commit(&e.states[0], next, n, charged)
-		e.full = now + v.reset
+		core.Commit(&e.states[0], next, n, charged)
+		e.full = now + v.Reset
 	}
 	sh.mu.Unlock()
-	r := Result{Allowed: v.allowed, Limit: l.quota, Remaining: v.remaining, ResetAfter: usToDuration(v.reset)}
-	if !v.allowed {
-		r.RetryAfter = usToDuration(v.retry)
-	}
-	return r
+	return v
 }
 
 func (e *memEntry) resize(n int) {
-	states := make([]state, n)
+	states := make([]core.State, n)
 	copy(states, e.states)
 	e.states = states
 }
@@ -293,21 +314,6 @@ func (s *MemoryStore) insert(sh *memShard, key string, e *memEntry, now int64) {
 	}
 	sh.m[key] = e
 	sh.last, sh.lastKey = e, key
-}
-
-// Reset implements Store: it forgets key.
-func (s *MemoryStore) Reset(ctx context.Context, key string, limits []Limit) error {
-	if err := CheckKey(key, limits); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
-	sh.mu.Lock()
-	sh.remove(key)
-	sh.mu.Unlock()
-	return nil
 }
 
 // Sweep removes every key that is back to full and returns how many it

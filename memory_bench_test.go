@@ -15,7 +15,7 @@ import (
 func benchLimiter(b *testing.B, limits ...floodgate.Limit) *floodgate.Limiter {
 	st := floodgate.NewMemoryStore(nil)
 	b.Cleanup(func() { st.Close() })
-	lim, err := floodgate.NewLimiter(st, limits)
+	lim, err := floodgate.NewLimiter(st, limits, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

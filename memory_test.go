@@ -9,6 +9,6 @@ import (
 
 func TestMemoryStoreConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
-		return floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, SweepInterval: -1})
+		return floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 	})
 }

@@ -26,7 +26,7 @@ func ExampleNew() {
 	})
 	defer store.Close()
 
-	limiter, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.PerMinute(100)})
+	limiter, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.PerMinute(100)}, nil)
 	r, _ := limiter.Allow(context.Background(), "user:42")
 	fmt.Println(r.Allowed, r.Remaining, r.Source)
 	// Output: true 99 store

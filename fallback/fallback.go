@@ -14,12 +14,11 @@
 //	rs, _ := redisstore.NewFromURL("redis://127.0.0.1:6379/0", nil)
 //	store := fallback.New(rs, &fallback.Options{Instances: 4})
 //	defer store.Close()
-//	limiter, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.PerMinute(100)})
+//	limiter, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.PerMinute(100)}, nil)
 package fallback
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 )
 
 // Policy is what a Store answers while its primary store is failing.
@@ -36,7 +36,7 @@ type Policy uint8
 // The policies; the README compares them.
 const (
 	// Local answers from a local in-memory limiter that applies each
-	// limit's Share(Instances). Limiting goes on, per process, at about
+	// limit's share (core.Spec.Share) of Instances. Limiting goes on, per process, at about
 	// the global rate when Instances is right. It is the default.
 	Local Policy = iota
 	// FailOpen allows every request. Nothing is limited during an outage:
@@ -96,7 +96,7 @@ type Options struct {
 	// Policy is what to answer while the primary fails. Default: Local.
 	Policy Policy
 	// Instances is how many processes share the limits. The local limiter
-	// applies Limit.Share(Instances) of each limit, so that Instances
+	// applies each limit's 1/Instances share (see core.Spec.Share), so that Instances
 	// processes cut off from the primary together admit about the global
 	// limit rather than Instances times it. Default: 1.
 	Instances int64
@@ -149,6 +149,7 @@ type Store struct {
 	threshold int64
 	interval  time.Duration
 	probeKey  string
+	probe     floodgate.Policy // the primary's policy for probes
 	clock     floodgate.Clock
 	log       *slog.Logger
 	onSwitch  func(State)
@@ -167,9 +168,15 @@ type Store struct {
 
 var _ floodgate.Store = (*Store)(nil)
 
-// probeLimit never denies a probe: it exists so that a probe runs the same
+// probeSpec never denies a probe: it exists so that a probe runs the same
 // script, and writes, as a decision does.
-var probeLimit = []floodgate.Limit{floodgate.TokenBucket(floodgate.MaxQuota, time.Second, floodgate.MaxQuota)}
+func probeSpec() core.Spec {
+	s, err := core.NewBucket("probe", core.MaxQuota, time.Second, core.MaxQuota, "burst")
+	if err != nil {
+		panic(err) // constant, valid parameters
+	}
+	return s
+}
 
 // New returns a Store over primary. Closing the Store stops its probe loop
 // and closes the local store if New made it; it does not close primary.
@@ -205,8 +212,14 @@ func New(primary floodgate.Store, opts *Options) *Store {
 		probeKey: o.ProbeKey, clock: o.Clock, log: o.Logger, onSwitch: o.OnSwitch,
 	}
 	if s.local == nil && s.policy == Local {
-		s.local = floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: o.Clock})
+		s.local = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: o.Clock})
 		s.ownLocal = true
+	}
+	var err error
+	if s.probe, err = primary.Prepare([]core.Spec{probeSpec()}); err != nil {
+		// A primary that cannot prepare a valid limit is closed: its
+		// decisions fail the same way, and the probe never switches back.
+		s.probe = failing{err}
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	return s
@@ -230,82 +243,128 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// Take implements floodgate.Store. It returns the primary's Result when the
-// primary answers within the budget, and otherwise the policy's, with
-// Source telling which. Its errors are the input errors of
-// floodgate.CheckTake, floodgate.ErrClosed, the caller's own context
-// error when ctx ends first (never counted as a failure of the primary),
-// and the local store's errors.
-func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
-	if err := floodgate.CheckTake(key, limits, n); err != nil {
-		return floodgate.Result{}, err
+// Prepare implements floodgate.Store: it prepares limits on the primary
+// and, for the Local policy, their local shares on the local store.
+func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+	if err := core.CheckSpecs(limits); err != nil {
+		return nil, err
 	}
 	if s.closed.Load() {
-		return floodgate.Result{}, floodgate.ErrClosed
+		return nil, floodgate.ErrClosed
+	}
+	primary, err := s.primary.Prepare(limits)
+	if err != nil {
+		return nil, err
+	}
+	p := &policy{s: s, primary: primary, quota: limits[0].Quota}
+	if s.policy == Local {
+		shares := make([]core.Spec, len(limits))
+		for i := range limits {
+			if shares[i], err = limits[i].Share(s.instances); err != nil {
+				return nil, err
+			}
+		}
+		if p.local, err = s.local.Prepare(shares); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// policy is the Store's floodgate.Policy: the primary's policy, and the
+// local store's policy of the limits' shares.
+type policy struct {
+	s       *Store
+	primary floodgate.Policy
+	local   floodgate.Policy // nil unless the policy is Local
+	quota   int64            // the first limit's, for fail-open and fail-closed answers
+}
+
+// Take implements floodgate.Policy. It returns the primary's decision when
+// the primary answers within the budget, and otherwise the policy's, with
+// Source telling which. Its errors are input errors, floodgate.ErrClosed,
+// the caller's own context error when ctx ends first (never counted as a
+// failure of the primary), and the local store's errors.
+func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.Decision{}, err
+	}
+	if err := core.CheckCost(n); err != nil {
+		return core.Decision{}, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.Decision{}, floodgate.ErrClosed
 	}
 	if !s.degraded.Load() {
-		r, err := s.callPrimary(ctx, func(ctx context.Context) (floodgate.Result, error) {
-			return s.primary.Take(ctx, key, limits, n)
+		d, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
+			return p.primary.Take(ctx, key, n)
 		})
 		if err == nil {
-			return r, nil
+			return d, nil
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return floodgate.Result{}, ctxErr
+			return core.Decision{}, ctxErr
 		}
-		if isInputError(err) {
-			return floodgate.Result{}, err
+		if core.IsInvalidInput(err) {
+			return core.Decision{}, err
 		}
 		s.failed(err)
 	}
-	return s.answer(ctx, key, limits, n)
+	return p.answer(ctx, key, n)
+}
+
+// answer decides by the policy.
+func (p *policy) answer(ctx context.Context, key string, n int64) (core.Decision, error) {
+	s := p.s
+	s.stats.fallbacks.Add(1)
+	switch s.policy {
+	case FailOpen:
+		return core.Decision{Verdict: core.Verdict{Allowed: true, Remaining: p.quota}, Source: core.SourceFailOpen}, nil
+	case FailClosed:
+		us := s.interval.Microseconds()
+		return core.Decision{Verdict: core.Verdict{Retry: us, Reset: us}, Source: core.SourceFailClosed}, nil
+	}
+	d, err := p.local.Take(ctx, key, n)
+	d.Source = core.SourceLocal
+	return d, err
+}
+
+// Reset implements floodgate.Policy: it resets key in the local store and
+// in the primary, and returns the primary's error, if any.
+func (p *policy) Reset(ctx context.Context, key string) error {
+	if err := core.CheckKey(key); err != nil {
+		return err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	if p.local != nil {
+		if err := p.local.Reset(ctx, key); err != nil {
+			return err
+		}
+	}
+	_, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
+		return core.Decision{}, p.primary.Reset(ctx, key)
+	})
+	return err
 }
 
 // callPrimary calls f with the budget, and counts a success.
-func (s *Store) callPrimary(ctx context.Context, f func(context.Context) (floodgate.Result, error)) (floodgate.Result, error) {
+func callPrimary(s *Store, ctx context.Context, f func(context.Context) (core.Decision, error)) (core.Decision, error) {
 	cctx, cancel := ctx, context.CancelFunc(nil)
 	if s.budget > 0 {
 		cctx, cancel = context.WithTimeout(ctx, s.budget)
 	}
-	r, err := f(cctx)
+	d, err := f(cctx)
 	if cancel != nil {
 		cancel()
 	}
 	if err == nil && s.fails.Load() != 0 {
 		s.fails.Store(0)
 	}
-	return r, err
-}
-
-// isInputError reports errors that say the request, not the store, was
-// wrong; they are returned as they are.
-func isInputError(err error) bool {
-	return errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost) ||
-		errors.Is(err, floodgate.ErrInvalidLimit) || errors.Is(err, floodgate.ErrNoLimits)
-}
-
-// answer decides by the policy.
-func (s *Store) answer(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
-	s.stats.fallbacks.Add(1)
-	q := limits[0].Quota()
-	switch s.policy {
-	case FailOpen:
-		return floodgate.Result{Allowed: true, Limit: q, Remaining: q, Source: floodgate.SourceFailOpen}, nil
-	case FailClosed:
-		return floodgate.Result{Limit: q, RetryAfter: s.interval, ResetAfter: s.interval, Source: floodgate.SourceFailClosed}, nil
-	}
-	var buf [floodgate.MaxLimits]floodgate.Limit
-	r, err := s.local.Take(ctx, key, s.shares(limits, buf[:0]), n)
-	r.Source = floodgate.SourceLocal
-	return r, err
-}
-
-// shares appends to dst the local limiter's share of each limit.
-func (s *Store) shares(limits []floodgate.Limit, dst []floodgate.Limit) []floodgate.Limit {
-	for _, l := range limits {
-		dst = append(dst, l.Share(s.instances))
-	}
-	return dst
+	return d, err
 }
 
 // failed counts a failure of the primary and opens the breaker at the
@@ -328,21 +387,21 @@ func (s *Store) failed(err error) {
 		s.onSwitch(Degraded)
 	}
 	s.wg.Add(1)
-	go s.probe()
+	go s.probeLoop()
 }
 
-// probe is the breaker's one probe loop: it runs while the breaker is
+// probeLoop is the breaker's one probe loop: it runs while the breaker is
 // open, calls the primary every interval, and closes the breaker when the
 // primary answers within the budget. Close stops it.
-func (s *Store) probe() {
+func (s *Store) probeLoop() {
 	defer s.wg.Done()
 	for {
 		if s.clock.Sleep(s.stopCtx, s.interval) != nil {
 			return
 		}
 		s.stats.probes.Add(1)
-		_, err := s.callPrimary(s.stopCtx, func(ctx context.Context) (floodgate.Result, error) {
-			return s.primary.Take(ctx, s.probeKey, probeLimit, 1)
+		_, err := callPrimary(s, s.stopCtx, func(ctx context.Context) (core.Decision, error) {
+			return s.probe.Take(ctx, s.probeKey, 1)
 		})
 		if s.stopCtx.Err() != nil {
 			return
@@ -366,27 +425,6 @@ func (s *Store) probe() {
 	}
 }
 
-// Reset implements floodgate.Store: it resets key in the local store and
-// in the primary, and returns the primary's error, if any.
-func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit) error {
-	if err := floodgate.CheckKey(key, limits); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return floodgate.ErrClosed
-	}
-	if s.local != nil {
-		var buf [floodgate.MaxLimits]floodgate.Limit
-		if err := s.local.Reset(ctx, key, s.shares(limits, buf[:0])); err != nil {
-			return err
-		}
-	}
-	_, err := s.callPrimary(ctx, func(ctx context.Context) (floodgate.Result, error) {
-		return floodgate.Result{}, s.primary.Reset(ctx, key, limits)
-	})
-	return err
-}
-
 // Close stops the probe loop, waits for it, and closes the local store if
 // New made it. It does not close the primary. It is safe to call more than
 // once.
@@ -404,3 +442,11 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// failing is a Policy whose calls all fail with err.
+type failing struct{ err error }
+
+func (f failing) Take(context.Context, string, int64) (core.Decision, error) {
+	return core.Decision{}, f.err
+}
+func (f failing) Reset(context.Context, string) error { return f.err }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/storetest"
 	"go.uber.org/goleak"
@@ -35,16 +36,30 @@ type flaky struct {
 	calls atomic.Int64
 }
 
-func (f *flaky) Take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
-	f.calls.Add(1)
-	switch mode(f.mode.Load()) {
+func (f *flaky) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+	p, err := f.Store.Prepare(limits)
+	if err != nil {
+		return nil, err
+	}
+	return &flakyPolicy{f: f, Policy: p}, nil
+}
+
+// flakyPolicy is a policy of a flaky store: it fails as the store says.
+type flakyPolicy struct {
+	f *flaky
+	floodgate.Policy
+}
+
+func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	p.f.calls.Add(1)
+	switch mode(p.f.mode.Load()) {
 	case failing:
-		return floodgate.Result{}, floodgate.ErrStore
+		return core.Decision{}, floodgate.ErrStore
 	case hanging:
 		<-ctx.Done()
-		return floodgate.Result{}, ctx.Err()
+		return core.Decision{}, ctx.Err()
 	}
-	return f.Store.Take(ctx, key, limits, n)
+	return p.Policy.Take(ctx, key, n)
 }
 
 // gateClock is a fixed clock whose Sleep blocks until the test calls tick,
@@ -95,7 +110,7 @@ type fixture struct {
 func newFixture(t *testing.T, o fallback.Options) *fixture {
 	t.Helper()
 	f := &fixture{clock: newGateClock(), log: &bytes.Buffer{}, states: make(chan fallback.State, 16)}
-	f.primary = &flaky{Store: floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: f.clock, SweepInterval: -1})}
+	f.primary = &flaky{Store: floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: f.clock, SweepInterval: -1})}
 	o.Clock = f.clock
 	o.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: f.log}, nil))
 	o.OnSwitch = func(s fallback.State) { f.states <- s }
@@ -127,7 +142,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // conformance suite.
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
-		primary := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, SweepInterval: -1})
+		primary := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 		t.Cleanup(func() { primary.Close() })
 		return fallback.New(primary, &fallback.Options{Clock: clock, Budget: -1})
 	})
@@ -150,10 +165,11 @@ func TestPolicies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.policy.String(), func(t *testing.T) {
 			f := newFixture(t, fallback.Options{Policy: tt.policy, Instances: tt.instances, Threshold: 1000})
+			lim := limiter(t, f.store, limits...)
 			f.primary.mode.Store(int32(failing))
 			allowed := 0
 			for range 20 {
-				r, err := f.store.Take(context.Background(), "k", limits, 1)
+				r, err := lim.AllowN(context.Background(), "k", 1)
 				if err != nil {
 					t.Fatalf("Take: %v", err)
 				}
@@ -193,7 +209,7 @@ func TestParsePolicy(t *testing.T) {
 func TestBudget(t *testing.T) {
 	f := newFixture(t, fallback.Options{Budget: 5 * time.Millisecond, Threshold: 1000})
 	f.primary.mode.Store(int32(hanging))
-	r, err := f.store.Take(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(5)}, 1)
+	r, err := limiter(t, f.store, floodgate.PerSecond(5)).AllowN(context.Background(), "k", 1)
 	if err != nil || !r.Allowed || r.Source != floodgate.SourceLocal {
 		t.Fatalf("Take on a hung primary = %+v, %v; want allowed by the local limiter", r, err)
 	}
@@ -208,15 +224,16 @@ func TestCallerCancellation(t *testing.T) {
 	f := newFixture(t, fallback.Options{Budget: time.Hour, Threshold: 1})
 	f.primary.mode.Store(int32(hanging))
 	limits := []floodgate.Limit{floodgate.PerSecond(5)}
+	lim := limiter(t, f.store, limits...)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := f.store.Take(ctx, "k", limits, 1); !errors.Is(err, context.Canceled) {
+	if _, err := lim.AllowN(ctx, "k", 1); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err = %v, want context.Canceled", err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	if _, err := f.store.Take(ctx, "k", limits, 1); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lim.AllowN(ctx, "k", 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline: err = %v, want context.DeadlineExceeded", err)
 	}
 	if s := f.store.Stats(); s.Failures != 0 || f.store.State() != fallback.Primary {
@@ -228,10 +245,10 @@ func TestCallerCancellation(t *testing.T) {
 func TestInputErrors(t *testing.T) {
 	f := newFixture(t, fallback.Options{})
 	f.primary.mode.Store(int32(failing))
-	if _, err := f.store.Take(context.Background(), "", []floodgate.Limit{floodgate.PerSecond(1)}, 1); !errors.Is(err, floodgate.ErrInvalidKey) {
+	if _, err := limiter(t, f.store, floodgate.PerSecond(1)).AllowN(context.Background(), "", 1); !errors.Is(err, floodgate.ErrInvalidKey) {
 		t.Errorf("empty key: %v", err)
 	}
-	if _, err := f.store.Take(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(0)}, 1); !errors.Is(err, floodgate.ErrInvalidLimit) {
+	if _, err := floodgate.NewLimiter(f.store, []floodgate.Limit{floodgate.PerSecond(0)}, nil); !errors.Is(err, floodgate.ErrInvalidLimit) {
 		t.Errorf("zero rate: %v", err)
 	}
 	if f.primary.calls.Load() != 0 {
@@ -244,9 +261,10 @@ func TestInputErrors(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	f := newFixture(t, fallback.Options{Threshold: 3})
 	limits := []floodgate.Limit{floodgate.PerSecond(1000)}
+	lim := limiter(t, f.store, limits...)
 	take := func() floodgate.Result {
 		t.Helper()
-		r, err := f.store.Take(context.Background(), "k", limits, 1)
+		r, err := lim.AllowN(context.Background(), "k", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,6 +319,7 @@ func TestBreaker(t *testing.T) {
 func TestBreakerConcurrent(t *testing.T) {
 	f := newFixture(t, fallback.Options{Threshold: 5})
 	limits := []floodgate.Limit{floodgate.PerSecond(1000)}
+	lim := limiter(t, f.store, limits...)
 	f.primary.mode.Store(int32(failing))
 	var wg sync.WaitGroup
 	for range 16 {
@@ -308,7 +327,7 @@ func TestBreakerConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				if _, err := f.store.Take(context.Background(), "k", limits, 1); err != nil {
+				if _, err := lim.AllowN(context.Background(), "k", 1); err != nil {
 					t.Error(err)
 					return
 				}
@@ -327,7 +346,8 @@ func TestBreakerConcurrent(t *testing.T) {
 func TestCloseTwice(t *testing.T) {
 	f := newFixture(t, fallback.Options{Threshold: 1})
 	f.primary.mode.Store(int32(failing))
-	f.store.Take(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(1)}, 1)
+	lim := limiter(t, f.store, floodgate.PerSecond(1))
+	lim.Allow(context.Background(), "k")
 	<-f.clock.slept // a probe loop is running
 	if err := f.store.Close(); err != nil {
 		t.Fatal(err)
@@ -335,39 +355,17 @@ func TestCloseTwice(t *testing.T) {
 	if err := f.store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.store.Take(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(1)}, 1); !errors.Is(err, floodgate.ErrClosed) {
+	if _, err := lim.Allow(context.Background(), "k"); !errors.Is(err, floodgate.ErrClosed) {
 		t.Errorf("Take after Close: %v", err)
 	}
 }
 
-func TestShare(t *testing.T) {
-	tests := []struct {
-		limit       floodgate.Limit
-		n           int64
-		quota, rate int64
-		period      time.Duration
-	}{
-		{floodgate.TokenBucket(100, time.Minute, 100), 4, 25, 100, 4 * time.Minute},
-		{floodgate.GCRA(15, 30, time.Minute), 2, 8, 30, 2 * time.Minute},
-		{floodgate.PerSecond(3), 10, 1, 3, 10 * time.Second},
-		{floodgate.FixedWindow(1000, time.Hour), 3, 333, 333, time.Hour},
-		{floodgate.SlidingLog(5, time.Second), 10, 1, 1, time.Second},
-		{floodgate.SlidingWindow(100, time.Minute), 1, 100, 100, time.Minute},
-		{floodgate.CalendarWindow(70, floodgate.Day, nil), 7, 10, 10, 24 * time.Hour},
-		// A period that cannot stretch n times divides the rate instead.
-		{floodgate.TokenBucket(1000, floodgate.MaxPeriod/2, 10), 4, 2, 250, floodgate.MaxPeriod / 2},
+// limiter returns a Limiter for limits over st.
+func limiter(t testing.TB, st floodgate.Store, limits ...floodgate.Limit) *floodgate.Limiter {
+	t.Helper()
+	lim, err := floodgate.NewLimiter(st, limits, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		s := tt.limit.Named("x").Share(tt.n)
-		if err := s.Validate(); err != nil {
-			t.Errorf("%v.Share(%d): %v", tt.limit, tt.n, err)
-			continue
-		}
-		if s.Quota() != tt.quota || s.Rate() != tt.rate || s.Period() != tt.period || s.Name() != "x" || s.Algorithm() != tt.limit.Algorithm() {
-			t.Errorf("%v.Share(%d) = %v, want quota %d rate %d period %s", tt.limit, tt.n, s, tt.quota, tt.rate, tt.period)
-		}
-	}
-	if err := floodgate.PerSecond(1).Share(0).Validate(); !errors.Is(err, floodgate.ErrInvalidLimit) {
-		t.Errorf("Share(0): %v", err)
-	}
+	return lim
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
@@ -82,6 +83,7 @@ type load struct {
 
 func startLoad(t *testing.T, s floodgate.Store, prefix string, workers int) *load {
 	l := &load{local: map[string][]time.Time{}, stop: make(chan struct{})}
+	lim := limiter(t, s, faultLimit)
 	for w := range workers {
 		key := fmt.Sprintf("%s-%d", prefix, w)
 		l.wg.Add(1)
@@ -95,7 +97,7 @@ func startLoad(t *testing.T, s floodgate.Store, prefix string, workers int) *loa
 					return
 				case <-tick.C:
 				}
-				r, err := s.Take(context.Background(), key, []floodgate.Limit{faultLimit}, 1)
+				r, err := lim.Allow(context.Background(), key)
 				if err != nil {
 					l.errs.Add(1)
 					l.firstErr.CompareAndSwap(nil, err.Error())
@@ -148,12 +150,16 @@ func (l *load) check(t *testing.T) {
 	if n := l.errs.Load(); n != 0 {
 		t.Errorf("callers saw %d errors, the first: %v", n, l.firstErr.Load())
 	}
-	share := faultLimit.Share(faultInstances)
+	share := mustSpec(core.NewBucket("token-bucket", faultLimit.Rate(), faultLimit.Period(), faultLimit.Quota(), "burst"))
+	share, err := share.Share(faultInstances)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for key, times := range l.local {
 		elapsed := times[len(times)-1].Sub(times[0])
-		most := share.Quota() + int64(elapsed)*share.Rate()/int64(share.Period()) + 1
+		most := share.Quota + elapsed.Microseconds()*share.Rate/share.Period + 1
 		if int64(len(times)) > most {
 			t.Errorf("%s: the local limiter admitted %d in %s, more than its share allows (%d)", key, len(times), elapsed, most)
 		}
@@ -259,10 +265,10 @@ func TestGoZeroVectors(t *testing.T) {
 		limits := []floodgate.Limit{floodgate.FixedWindow(5, time.Second)}
 		rs := redisstore.New(r.client, nil)
 		defer rs.Close()
-		if _, err := rs.Take(context.Background(), "first", limits, 1); !errors.Is(err, floodgate.ErrStore) {
+		if _, err := limiter(t, rs, limits...).Allow(context.Background(), "first"); !errors.Is(err, floodgate.ErrStore) {
 			t.Errorf("redis store on a dead Redis: err = %v, want ErrStore", err)
 		}
-		res, err := r.fb.Take(context.Background(), "first", limits, 1)
+		res, err := limiter(t, r.fb, limits...).Allow(context.Background(), "first")
 		if err != nil || !res.Allowed || res.Source != floodgate.SourceLocal {
 			t.Errorf("fallback on a dead Redis: %+v, %v", res, err)
 		}
@@ -273,6 +279,7 @@ func TestGoZeroVectors(t *testing.T) {
 	t.Run("go-zero/TestTokenLimit_Rescue", func(t *testing.T) {
 		r := newRig(t)
 		limits := []floodgate.Limit{floodgate.TokenBucket(5, time.Second, 10)}
+		lim := limiter(t, r.fb, limits...)
 		r.srv.Kill()
 		allowed := 0
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -282,7 +289,7 @@ func TestGoZeroVectors(t *testing.T) {
 				r.srv.Restart(t)
 			}
 			<-tick.C
-			res, err := r.fb.Take(context.Background(), "tokenlimit", limits, 1)
+			res, err := lim.Allow(context.Background(), "tokenlimit")
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
 			}
@@ -294,4 +301,11 @@ func TestGoZeroVectors(t *testing.T) {
 			t.Errorf("allowed %d, want at least 15", allowed)
 		}
 	})
+}
+
+func mustSpec(s core.Spec, err error) core.Spec {
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

@@ -27,7 +27,9 @@ import (
 	"strconv"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/httplimit"
+	"github.com/floodgate/floodgate/internal/headers"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -107,13 +109,14 @@ type Options struct {
 
 type server struct {
 	lim    *floodgate.Limiter
-	limits []floodgate.Limit
-	policy string
+	count  int    // how many limits lim applies
+	policy string // the ratelimit-policy metadata value
 	o      Options
 }
 
 func newServer(lim *floodgate.Limiter, opts *Options) *server {
-	s := &server{lim: lim, limits: lim.Limits()}
+	limits := lim.Limits()
+	s := &server{lim: lim, count: len(limits), policy: headers.Policy(limits)}
 	if opts != nil {
 		s.o = *opts
 	}
@@ -123,7 +126,6 @@ func newServer(lim *floodgate.Limiter, opts *Options) *server {
 	if s.o.Logger == nil {
 		s.o.Logger = slog.Default()
 	}
-	s.policy = httplimit.PolicyHeader(s.limits)
 	return s
 }
 
@@ -146,7 +148,7 @@ func (s *server) decide(ctx context.Context, method string) (metadata.MD, error)
 	case err == nil:
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return nil, status.FromContextError(err).Err()
-	case errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost):
+	case core.IsInvalidInput(err):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case s.o.FailClosed:
 		s.o.Logger.Error("grpclimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "method", method)
@@ -155,16 +157,16 @@ func (s *server) decide(ctx context.Context, method string) (metadata.MD, error)
 		s.o.Logger.Error("grpclimit: rate limit store failed; serving unlimited (fail open)", "error", err.Error(), "method", method)
 		return nil, nil
 	}
-	md := metadata.Pairs(MDPolicy, s.policy, MDRateLimit, httplimit.RateLimitHeader(s.limits, res))
+	md := metadata.Pairs(MDPolicy, s.policy, MDRateLimit, headers.RateLimit(res, s.count))
 	if res.Allowed {
 		return md, nil
 	}
-	policy := httplimit.PolicyName(s.limits, res.Index)
+	policy := headers.Name(res.Name, res.Index, s.count)
 	var st *status.Status
 	if res.RetryAfter == floodgate.Never {
-		st = status.New(codes.ResourceExhausted, fmt.Sprintf("cost %d is more than rate limit policy %q admits at once (%d); it can never be allowed", cost, policy, res.Limit))
+		st = status.New(codes.ResourceExhausted, fmt.Sprintf("cost %d is more than rate limit policy %q admits at once (%d); it can never be allowed", cost, policy, res.Quota))
 	} else {
-		md.Set(MDRetryAfter, strconv.FormatInt(httplimit.Seconds(res.RetryAfter), 10))
+		md.Set(MDRetryAfter, strconv.FormatInt(headers.Seconds(res.RetryAfter), 10))
 		st = status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit policy %q exceeded; retry in %s", policy, res.RetryAfter))
 		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(res.RetryAfter)})
 	}
@@ -241,7 +243,7 @@ func wait(ctx context.Context, lim *floodgate.Limiter, key ClientKeyFunc, method
 	if key != nil {
 		k = key(ctx, method)
 	}
-	err := lim.Wait(ctx, k, 1)
+	err := lim.Wait(ctx, k)
 	switch {
 	case err == nil:
 		return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/grpclimit"
 	"github.com/floodgate/floodgate/storetest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -161,20 +162,19 @@ func metadataValue(ctx context.Context, k string) string {
 
 type failingStore struct{}
 
-func (failingStore) Take(context.Context, string, []floodgate.Limit, int64) (floodgate.Result, error) {
-	return floodgate.Result{}, floodgate.ErrStore
+func (f failingStore) Prepare([]core.Spec) (floodgate.Policy, error) { return f, nil }
+func (failingStore) Close() error                                    { return nil }
+func (failingStore) Take(context.Context, string, int64) (core.Decision, error) {
+	return core.Decision{}, floodgate.ErrStore
 }
-func (failingStore) Reset(context.Context, string, []floodgate.Limit) error {
-	return floodgate.ErrStore
-}
-func (failingStore) Close() error { return nil }
+func (failingStore) Reset(context.Context, string) error { return floodgate.ErrStore }
 
 func TestStoreFailure(t *testing.T) {
 	for _, tt := range []struct {
 		failClosed bool
 		want       codes.Code
 	}{{false, codes.OK}, {true, codes.Unavailable}} {
-		lim, _ := floodgate.NewLimiter(failingStore{}, []floodgate.Limit{floodgate.PerSecond(1)})
+		lim, _ := floodgate.NewLimiter(failingStore{}, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
 		client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, &grpclimit.Options{FailClosed: tt.failClosed, Logger: slog.New(slog.DiscardHandler)}))})
 		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		if got := status.Code(err); got != tt.want {

@@ -26,6 +26,8 @@ import (
 	"strconv"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/headers"
 )
 
 // Options configures a Middleware. The zero value (or nil) gives the
@@ -68,15 +70,16 @@ type Denial struct {
 // Middleware rate limits HTTP requests. It is safe for concurrent use.
 type Middleware struct {
 	lim    *floodgate.Limiter
-	limits []floodgate.Limit
-	policy string
+	count  int    // how many limits lim applies
+	policy string // the RateLimit-Policy field value
 	opts   Options
 }
 
 // New returns a Middleware that applies lim's limits to every request
 // that Options.Skip does not skip.
 func New(lim *floodgate.Limiter, opts *Options) *Middleware {
-	m := &Middleware{lim: lim, limits: lim.Limits()}
+	limits := lim.Limits()
+	m := &Middleware{lim: lim, count: len(limits), policy: headers.Policy(limits)}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -86,7 +89,6 @@ func New(lim *floodgate.Limiter, opts *Options) *Middleware {
 	if m.opts.Logger == nil {
 		m.opts.Logger = slog.Default()
 	}
-	m.policy = PolicyHeader(m.limits)
 	return m
 }
 
@@ -113,19 +115,19 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		h := w.Header()
 		h.Set(HeaderPolicy, m.policy)
-		h.Set(HeaderRateLimit, RateLimitHeader(m.limits, res))
+		h.Set(HeaderRateLimit, headers.RateLimit(res, m.count))
 		if m.opts.LegacyHeaders {
-			h.Set(HeaderLimit, strconv.FormatInt(res.Limit, 10))
+			h.Set(HeaderLimit, strconv.FormatInt(res.Quota, 10))
 			h.Set(HeaderRemaining, strconv.FormatInt(res.Remaining, 10))
-			h.Set(HeaderReset, strconv.FormatInt(Seconds(res.ResetAfter), 10))
+			h.Set(HeaderReset, strconv.FormatInt(headers.Seconds(res.ResetAfter), 10))
 		}
 		if res.Allowed {
 			next.ServeHTTP(w, r)
 			return
 		}
-		d := Denial{Result: res, Policy: PolicyName(m.limits, res.Index), Key: key, Cost: cost}
+		d := Denial{Result: res, Policy: headers.Name(res.Name, res.Index, m.count), Key: key, Cost: cost}
 		if res.RetryAfter != floodgate.Never {
-			h.Set(HeaderRetryAfter, strconv.FormatInt(Seconds(res.RetryAfter), 10))
+			h.Set(HeaderRetryAfter, strconv.FormatInt(headers.Seconds(res.RetryAfter), 10))
 		}
 		if m.opts.OnDenied != nil {
 			m.opts.OnDenied(w, r, d)
@@ -142,7 +144,7 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		// The client went away or the server's deadline passed: nobody is
 		// waiting for a rate limit answer.
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the request's context ended before the rate limit decision", nil)
-	case errors.Is(err, floodgate.ErrInvalidKey) || errors.Is(err, floodgate.ErrInvalidCost):
+	case core.IsInvalidInput(err):
 		writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
 	case m.opts.FailClosed:
 		m.opts.Logger.Error("httplimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "path", r.URL.Path)
@@ -167,9 +169,9 @@ type problem struct {
 func writeDenial(w http.ResponseWriter, d Denial) {
 	p := &problem{ViolatedPolicy: d.Policy}
 	if d.Result.RetryAfter == floodgate.Never {
-		p.Detail = fmt.Sprintf("the request's cost %d is more than policy %q admits at once (%d); it can never be allowed", d.Cost, d.Policy, d.Result.Limit)
+		p.Detail = fmt.Sprintf("the request's cost %d is more than policy %q admits at once (%d); it can never be allowed", d.Cost, d.Policy, d.Result.Quota)
 	} else {
-		s := Seconds(d.Result.RetryAfter)
+		s := headers.Seconds(d.Result.RetryAfter)
 		p.RetryAfter = &s
 		p.Detail = fmt.Sprintf("rate limit policy %q exceeded; retry in %d s", d.Policy, s)
 	}

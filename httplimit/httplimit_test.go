@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/storetest"
 )
@@ -20,18 +21,22 @@ import (
 // stubStore returns fixed results or errors: the stand-in for a store in
 // tests of header formatting and failure handling.
 type stubStore struct {
-	res floodgate.Result
+	res core.Decision
 	err error
 }
 
-func (s *stubStore) Take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
-	if err := floodgate.CheckTake(key, limits, n); err != nil {
-		return floodgate.Result{}, err
+func (s *stubStore) Prepare([]core.Spec) (floodgate.Policy, error) { return s, nil }
+func (s *stubStore) Close() error                                  { return nil }
+func (s *stubStore) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.Decision{}, err
+	}
+	if err := core.CheckCost(n); err != nil {
+		return core.Decision{}, err
 	}
 	return s.res, s.err
 }
-func (s *stubStore) Reset(context.Context, string, []floodgate.Limit) error { return s.err }
-func (s *stubStore) Close() error                                           { return nil }
+func (s *stubStore) Reset(context.Context, string) error { return s.err }
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 
@@ -76,40 +81,6 @@ func TestHeaders(t *testing.T) {
 		}
 		if rec.Header().Get("X-RateLimit-Limit") != "3" {
 			t.Errorf("step %d: X-RateLimit-Limit = %q", i, rec.Header().Get("X-RateLimit-Limit"))
-		}
-	}
-}
-
-func TestPolicyHeader(t *testing.T) {
-	tests := []struct {
-		limits []floodgate.Limit
-		want   string
-	}{
-		{[]floodgate.Limit{floodgate.PerMinute(100)}, `"default";q=100;w=60`},
-		{[]floodgate.Limit{floodgate.GCRA(15, 30, time.Minute)}, `"default";q=16;w=32`},
-		{[]floodgate.Limit{floodgate.TokenBucket(3, time.Second, 1)}, `"default";q=1;w=1`}, // 1/3 s rounds up
-		{[]floodgate.Limit{floodgate.SlidingLog(5, 1500*time.Millisecond), floodgate.CalendarWindow(1000, floodgate.Day, nil)}, `"limit-0";q=5;w=2, "limit-1";q=1000;w=86400`},
-		{[]floodgate.Limit{floodgate.PerSecond(1).Named(`a "q"\é`)}, `"a \"q\"\\_";q=1;w=1`},
-		{[]floodgate.Limit{floodgate.TokenBucket(1000, time.Hour, 1<<20)}, `"default";q=1048576;w=3774874`}, // 3774873.6 s
-	}
-	for _, tt := range tests {
-		if got := httplimit.PolicyHeader(tt.limits); got != tt.want {
-			t.Errorf("PolicyHeader(%v) = %s, want %s", tt.limits, got, tt.want)
-		}
-	}
-}
-
-func TestSeconds(t *testing.T) {
-	tests := []struct {
-		d    time.Duration
-		want int64
-	}{
-		{0, 0}, {-time.Second, 0}, {time.Microsecond, 1}, {time.Second, 1}, {time.Second + 1, 2},
-		{59*time.Second + 999*time.Millisecond, 60}, {floodgate.Never, -1},
-	}
-	for _, tt := range tests {
-		if got := httplimit.Seconds(tt.d); got != tt.want {
-			t.Errorf("Seconds(%s) = %d, want %d", tt.d, got, tt.want)
 		}
 	}
 }
@@ -176,7 +147,7 @@ func TestStoreFailure(t *testing.T) {
 		status     int
 	}{{false, 200}, {true, 503}} {
 		var log bytes.Buffer
-		lim, err := floodgate.NewLimiter(&stubStore{err: fmt.Errorf("%w: redis: connection refused", floodgate.ErrStore)}, []floodgate.Limit{floodgate.PerSecond(1)})
+		lim, err := floodgate.NewLimiter(&stubStore{err: fmt.Errorf("%w: redis: connection refused", floodgate.ErrStore)}, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,12 +255,12 @@ func TestThrottledVector(t *testing.T) {
 		t.Fatal(err)
 	}
 	stubs := map[string]*stubStore{
-		"ok":    {res: floodgate.Result{Allowed: true, Limit: 1, Remaining: 2, ResetAfter: time.Minute}},
-		"limit": {res: floodgate.Result{Allowed: false, RetryAfter: time.Minute}},
+		"ok":    {res: core.Decision{Verdict: core.Verdict{Allowed: true, Remaining: 2, Reset: time.Minute.Microseconds()}}},
+		"limit": {res: core.Decision{Verdict: core.Verdict{Allowed: false, Retry: time.Minute.Microseconds()}}},
 		"error": {err: floodgate.ErrStore},
 	}
 	for _, st := range v.Steps {
-		lim, _ := floodgate.NewLimiter(stubs[st.Path], []floodgate.Limit{floodgate.PerSecond(1)})
+		lim, _ := floodgate.NewLimiter(stubs[st.Path], []floodgate.Limit{floodgate.PerSecond(1)}, nil)
 		h := httplimit.New(lim, &httplimit.Options{LegacyHeaders: true, FailClosed: true, Logger: slog.New(slog.DiscardHandler)}).Handler(ok)
 		rec := do(h, "192.0.2.1:1")
 		want := st.Expect.Status

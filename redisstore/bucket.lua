@@ -1,7 +1,7 @@
 -- floodgate: the fast path for the commonest decision, one request
 -- against one bucket limit (token bucket, leaky bucket, GCRA), sent alone.
--- It decides with the same bucket function (prelude.lua) as decide.lua,
--- and reads and writes the same state (see parsebucket); the conformance suite and the differential
+-- It decides with the same stepBucket (prelude.lua) as decide.lua,
+-- and reads and writes the same state (see parseBucket); the conformance suite and the differential
 -- fuzz test run through it. It exists because a lone decision costs Redis
 -- about a third of the instructions that decide.lua's general batch
 -- machinery does, and that is the latency of a single caller.
@@ -26,19 +26,19 @@ end
 
 local tat, f, sr = 0, 0, 0
 local raw = rpcall('GET', key)
-if type(raw) == 'table' and raw.err then return wrongtype(key) end
+if type(raw) == 'table' and raw.err then return wrongType(key) end
 if raw then
-  tat, f, sr = parsebucket(raw)
+  tat, f, sr = parseBucket(raw)
   if not tat then return corrupt(key) end
 end
 local allowed, remaining, retry, reset
-allowed, tat, f, remaining, retry, reset = bucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
+allowed, tat, f, remaining, retry, reset = stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
 if n == 0 then allowed, retry = true, 0 end
 
 if allowed and n > 0 then
   local ttl = floor((reset + 999) / 1000) + extra
   if ttl < 1 then ttl = 1 end
   -- fmt: Redis would format a number argument with %.17g, which costs more.
-  call('SET', key, fmtbucket(tat, f, R), 'PX', fmt(ttl))
+  call('SET', key, fmtBucket(tat, f, R), 'PX', fmt(ttl))
 end
 return {allowed and 1 or 0, remaining, retry, reset}

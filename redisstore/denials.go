@@ -2,18 +2,17 @@ package redisstore
 
 import (
 	"hash/maphash"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 )
 
 // denials is the local denial cache (Options.DenialCache): when Redis
-// denies a request with a retry-after, requests for the same key, limits
-// and cost are denied locally until that time, without a round trip, with
-// the RetryAfter that Redis would give: the one it gave, less the time
-// since. (A higher cost would be denied too, but for longer than the
+// denies a request with a retry-after, requests for the same key, policy
+// (the same limits, prepared once) and cost are denied locally until that
+// time, without a round trip, with the retry that Redis would give: the
+// one it gave, less the time since. (A higher cost would be denied too, but for longer than the
 // cache knows; a lower one may fit.)
 //
 // It gives exactly Redis's answer (denied) because, for the algorithms it
@@ -54,11 +53,11 @@ type denialShard struct {
 }
 
 type denial struct {
-	limits []floodgate.Limit
-	n      int64
-	sent   time.Time // when the denied request was sent
-	until  time.Time // sent + RetryAfter
-	res    floodgate.Result
+	p     *policy
+	n     int64
+	sent  time.Time // when the denied request was sent
+	until time.Time // sent + Retry
+	d     core.Decision
 }
 
 func newDenials(now func() time.Time) *denials {
@@ -69,10 +68,10 @@ func newDenials(now func() time.Time) *denials {
 	return d
 }
 
-// cacheable reports whether a denial of these limits may be cached.
-func cacheable(limits []floodgate.Limit) bool {
-	for _, l := range limits {
-		if l.Algorithm() == floodgate.AlgorithmSlidingWindow {
+// cacheable reports whether a denial on p's limits may be cached.
+func cacheable(p *policy) bool {
+	for i := range p.specs {
+		if p.specs[i].Kind == core.Sliding {
 			return false
 		}
 	}
@@ -84,40 +83,41 @@ func (d *denials) shard(key string) *denialShard {
 }
 
 // get returns the cached denial that answers a request of cost n on key
-// under limits, if there is one.
-func (d *denials) get(key string, limits []floodgate.Limit, n int64) (floodgate.Result, bool) {
+// under p, if there is one.
+func (d *denials) get(key string, p *policy, n int64) (core.Decision, bool) {
 	if n == 0 {
-		return floodgate.Result{}, false
+		return core.Decision{}, false
 	}
 	sh := d.shard(key)
 	sh.mu.Lock()
 	e := sh.m[key]
 	if e == nil {
 		sh.mu.Unlock()
-		return floodgate.Result{}, false
+		return core.Decision{}, false
 	}
 	now := d.now()
 	if !now.Before(e.until) {
 		delete(sh.m, key)
 		sh.mu.Unlock()
-		return floodgate.Result{}, false
+		return core.Decision{}, false
 	}
-	if n != e.n || !slices.Equal(e.limits, limits) {
+	if n != e.n || e.p != p {
 		sh.mu.Unlock()
-		return floodgate.Result{}, false
+		return core.Decision{}, false
 	}
-	res := e.res
+	dec := e.d
 	sh.mu.Unlock()
-	elapsed := now.Sub(e.sent)
-	res.RetryAfter -= elapsed
-	res.ResetAfter = max(res.ResetAfter-elapsed, res.RetryAfter)
-	res.Source = floodgate.SourceCache
-	return res, true
+	// Whole microseconds elapsed, rounded down: the retry stays rounded up.
+	elapsed := int64(now.Sub(e.sent) / time.Microsecond)
+	dec.Retry -= elapsed
+	dec.Reset = max(dec.Reset-elapsed, dec.Retry)
+	dec.Source = core.SourceCache
+	return dec, true
 }
 
 // put records a denial by Redis of a request of cost n sent at sent.
-func (d *denials) put(key string, limits []floodgate.Limit, n int64, sent time.Time, res floodgate.Result) {
-	if res.Allowed || n == 0 || res.RetryAfter == floodgate.Never || res.RetryAfter <= 0 || !cacheable(limits) {
+func (d *denials) put(key string, p *policy, n int64, sent time.Time, dec core.Decision) {
+	if dec.Allowed || n == 0 || dec.Retry <= 0 || !cacheable(p) {
 		return
 	}
 	sh := d.shard(key)
@@ -143,7 +143,7 @@ func (d *denials) put(key string, limits []floodgate.Limit, n int64, sent time.T
 			}
 		}
 	}
-	sh.m[key] = &denial{limits: slices.Clone(limits), n: n, sent: sent, until: sent.Add(res.RetryAfter), res: res}
+	sh.m[key] = &denial{p: p, n: n, sent: sent, until: sent.Add(core.Duration(dec.Retry)), d: dec}
 }
 
 // forget drops key's denial, after a Reset.

@@ -74,7 +74,7 @@ func FuzzDifferential(f *testing.F) {
 			}
 		}
 		memClock, redisClock := storetest.NewClock(storetest.Base), storetest.NewClock(storetest.Base)
-		mem := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: memClock, SweepInterval: -1})
+		mem := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: memClock, SweepInterval: -1})
 		defer mem.Close()
 		red := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
 		defer red.Close()
@@ -84,6 +84,7 @@ func FuzzDifferential(f *testing.F) {
 		gen.DisableFastPath()
 		defer gen.Close()
 		ctx := context.Background()
+		memLim, redLim, genLim := limiter(t, mem, limits...), limiter(t, red, limits...), limiter(t, gen, limits...)
 		now := storetest.Base
 		for i := 0; i+1 < len(data) && i < 80; i += 2 {
 			op, arg := data[i], data[i+1]
@@ -101,29 +102,29 @@ func FuzzDifferential(f *testing.F) {
 				n = 1 << 50
 			}
 			if op%16 == 15 {
-				if err := mem.Reset(ctx, key, limits); err != nil {
+				if err := memLim.Reset(ctx, key); err != nil {
 					t.Fatal(err)
 				}
-				if err := red.Reset(ctx, key, limits); err != nil {
+				if err := redLim.Reset(ctx, key); err != nil {
 					t.Fatal(err)
 				}
-				if err := gen.Reset(ctx, key, limits); err != nil {
+				if err := genLim.Reset(ctx, key); err != nil {
 					t.Fatal(err)
 				}
 				continue
 			}
-			want, err := mem.Take(ctx, key, limits, n)
+			want, err := memLim.AllowN(ctx, key, n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := red.Take(ctx, key, limits, n)
+			got, err := redLim.AllowN(ctx, key, n)
 			if err != nil {
 				t.Fatalf("redis: %v", err)
 			}
 			if got != want {
 				t.Fatalf("op %d at %s key %s n=%d limits %v:\nredis  %+v\nmemory %+v", i/2, now.Sub(storetest.Base), key, n, limits, got, want)
 			}
-			if got, err = gen.Take(ctx, key, limits, n); err != nil || got != want {
+			if got, err = genLim.AllowN(ctx, key, n); err != nil || got != want {
 				t.Fatalf("op %d at %s key %s n=%d limits %v:\ndecide.lua %+v (%v)\nmemory     %+v", i/2, now.Sub(storetest.Base), key, n, limits, got, err, want)
 			}
 		}

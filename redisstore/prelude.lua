@@ -14,8 +14,9 @@ local function init()
   tonumber, sunpack, call, rpcall = _G.tonumber, struct.unpack, redis.call, redis.pcall
 end
 
--- floor(a*b/c) and remainder, exactly, for 0 <= a, b and 0 < c < 2^52.
-local function muldiv(a, b, c)
+-- mulDiv is core.MulDiv: floor(a*b/c) and remainder, exactly, for
+-- 0 <= a, b and 0 < c < 2^52.
+local function mulDiv(a, b, c)
   local p = a * b
   if p < TWO53 then
     local q = floor(p / c)
@@ -44,13 +45,14 @@ local function muldiv(a, b, c)
   return a * bq + q, r
 end
 
--- bucket is the GCRA step of the token bucket, leaky bucket and GCRA,
--- mirroring stepBucket in algo.go. The key's TAT is tat + f/R, written
+-- stepBucket is core's stepBucket (core/algo.go): the GCRA step of the
+-- token bucket, leaky bucket and GCRA, in the same steps with the same
+-- names. The key's TAT is tat + f/R, written
 -- at rate sr (0 for a missing key); tau = tauQ + tauR/R is the tolerance
 -- and n*T = iq + ir/R the request's cost in time. It returns whether the
 -- request passes, the TAT to store if it does (tat, f), and remaining,
 -- retry (-1 never) and reset.
-local function bucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
+local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
   if sr ~= R then
     -- The rate changed: the fraction is in other units; round up, drop it.
     if f > 0 then tat = tat + 1 end
@@ -77,7 +79,7 @@ local function bucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
   local dt, df = now + tauQ - tat, tauR - f
   if df < 0 then dt, df = dt - 1, df + R end
   if dt >= 0 then
-    local q, r = muldiv(dt, R, P)
+    local q, r = mulDiv(dt, R, P)
     remaining = q + floor((r + df) / P)
   end
   if tat > now or (tat == now and f > 0) then
@@ -92,15 +94,15 @@ local function fmt3(a, b, c) return format('%d:%d:%d', a, b, c) end
 
 -- A bucket's state is its TAT in µs, "tat", or, when the TAT has a
 -- fraction f/R of a µs (a rate that does not divide its period evenly),
--- "tat:f:R". parsebucket returns tat, f, R (0, 0 in the short form), or
--- nil for anything else; fmtbucket writes the shorter form that holds.
-local function parsebucket(raw)
+-- "tat:f:R". parseBucket returns tat, f, R (0, 0 in the short form), or
+-- nil for anything else; fmtBucket writes the shorter form that holds.
+local function parseBucket(raw)
   if match(raw, '^%d+$') then return tonumber(raw), 0, 0 end
   local x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
   if x then return tonumber(x), tonumber(y), tonumber(z) end
 end
 
-local function fmtbucket(tat, f, R)
+local function fmtBucket(tat, f, R)
   if f == 0 then return fmt(tat) end
   return fmt3(tat, f, R)
 end
@@ -109,6 +111,6 @@ local function corrupt(key)
   return redis.error_reply('FLOODGATE corrupt state: key ' .. key .. ' does not hold floodgate data')
 end
 
-local function wrongtype(key)
+local function wrongType(key)
   return redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
 end

@@ -25,61 +25,19 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
-	_ "embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/redis/go-redis/v9"
 )
-
-var (
-	//go:embed prelude.lua
-	preludeSource string
-	//go:embed decide.lua
-	decideSource string
-	//go:embed bucket.lua
-	bucketSource string
-)
-
-// The scripts are immutable; go-redis runs them with EVALSHA and falls
-// back to EVAL (which loads them) when Redis answers NOSCRIPT. decide
-// decides any batch; bucket is its fast path for one request on one
-// bucket limit.
-var (
-	decideScript = redis.NewScript(preludeSource + "init()\n" + decideSource)
-	bucketScript = redis.NewScript(preludeSource + "init()\n" + bucketSource)
-)
-
-// The function library holds the fast path as a Redis function (Redis 7
-// and later), called with FCALL. It decides exactly as bucketScript does,
-// with the same code, but costs Redis about a tenth fewer instructions
-// per call: a script's chunk runs at every call, binding its globals and
-// building its helper closures each time, where a library's runs once,
-// at load. The library and its function are named by a hash of the
-// library's code, so that floodgate versions sharing a Redis never call
-// each other's code.
-var (
-	libraryCode, libraryName = library()
-	bucketFunction           = libraryName + "_bucket"
-)
-
-func library() (code, name string) {
-	body := preludeSource + "local function fastpath(KEYS, ARGV)\n" + bucketSource + "end\n"
-	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body)))[:26]
-	code = "#!lua name=" + name + "\n" + body +
-		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
-		"  if not call then init() end\n" +
-		"  return fastpath(keys, args)\n" +
-		"end)\n"
-	return code, name
-}
 
 // Options configures a Store. The zero value (or nil) gives the defaults.
 type Options struct {
@@ -146,6 +104,9 @@ type Store struct {
 	// of function calls.
 	fnReady atomic.Bool
 	closed  atomic.Bool
+	// calClock places calendar windows when the time is Redis's: the
+	// client works out the window that contains its now.
+	calClock floodgate.Clock
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -171,7 +132,10 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "floodgate:"
 	}
-	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock}
+	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock, calClock: o.Clock}
+	if s.calClock == nil {
+		s.calClock = floodgate.SystemClock()
+	}
 	s.noFunctions.Store(o.DisableFunctions)
 	_, s.cluster = client.(*redis.ClusterClient)
 	if o.Clock != nil {
@@ -217,24 +181,59 @@ func NewFromURL(url string, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// kinds maps each algorithm to the Lua script's kind number and the key
-// suffix.
-func kindOf(a floodgate.Algorithm) (int, byte) {
-	switch a {
-	case floodgate.AlgorithmFixedWindow:
-		return 2, 'f'
-	case floodgate.AlgorithmSlidingWindow:
-		return 3, 's'
-	case floodgate.AlgorithmSlidingLog:
-		return 4, 'l'
+// Prepare implements floodgate.Store. It works out once what every
+// decision on these limits sends to Redis: the keys' suffixes, each
+// limit's parameters for the scripts, and whether the fast path decides.
+func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+	if err := core.CheckSpecs(limits); err != nil {
+		return nil, err
 	}
-	return 1, 'b'
+	if s.closed.Load() {
+		return nil, floodgate.ErrClosed
+	}
+	p := &policy{s: s, specs: slices.Clone(limits), suffixes: make([]string, len(limits)), params: make([]scriptSpec, len(limits))}
+	for i := range p.specs {
+		sp := &p.specs[i]
+		p.suffixes[i] = strconv.Itoa(i) + string(suffixOf(sp.Kind))
+		p.params[i] = newScriptSpec(sp)
+		if sp.Calendar != 0 {
+			p.calendar = true
+		}
+	}
+	if len(p.specs) == 1 && p.specs[0].Kind == core.Bucket {
+		p.fast = newFastArgs(&p.specs[0], s.extraTTL)
+	}
+	return p, nil
+}
+
+// suffixOf returns the letter that ends the Redis key of a limit of kind
+// k.
+func suffixOf(k core.Kind) byte {
+	switch k {
+	case core.Fixed:
+		return 'f'
+	case core.Sliding:
+		return 's'
+	case core.Log:
+		return 'l'
+	}
+	return 'b'
+}
+
+// policy is the Store's floodgate.Policy: limits prepared for Redis.
+type policy struct {
+	s        *Store
+	specs    []core.Spec
+	suffixes []string     // per limit: the end of its Redis key, "0b"
+	params   []scriptSpec // per limit: its parameters for decide.lua
+	calendar bool         // a limit is a calendar window: params vary with the time
+	fast     *fastArgs    // a lone bucket: the fast path's arguments; nil otherwise
 }
 
 // keys returns the Redis keys of key's limits.
-func (s *Store) keys(key string, limits []floodgate.Limit) []string {
+func (p *policy) keys(key string) []string {
 	var b strings.Builder
-	b.WriteString(s.prefix)
+	b.WriteString(p.s.prefix)
 	if strings.ContainsAny(key, "{}") {
 		h := fnv.New64a()
 		h.Write([]byte(key))
@@ -249,48 +248,39 @@ func (s *Store) keys(key string, limits []floodgate.Limit) []string {
 	}
 	b.WriteByte(':')
 	base := b.String()
-	keys := make([]string, len(limits))
-	for i, l := range limits {
-		_, suffix := kindOf(l.Algorithm())
-		keys[i] = base + strconv.Itoa(i) + string(suffix)
+	keys := make([]string, len(p.suffixes))
+	for i, suffix := range p.suffixes {
+		keys[i] = base + suffix
 	}
 	return keys
 }
 
-// Take implements floodgate.Store.
-func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
-	if err := floodgate.CheckTake(key, limits, n); err != nil {
-		return floodgate.Result{}, err
+// Take implements floodgate.Policy.
+func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.Decision{}, err
 	}
+	if err := core.CheckCost(n); err != nil {
+		return core.Decision{}, err
+	}
+	s := p.s
 	if s.closed.Load() {
-		return floodgate.Result{}, floodgate.ErrClosed
+		return core.Decision{}, floodgate.ErrClosed
 	}
 	var sent time.Time
 	if s.denials != nil {
-		if res, ok := s.denials.get(key, limits, n); ok {
-			return res, nil
+		if d, ok := s.denials.get(key, p, n); ok {
+			return d, nil
 		}
 		sent = s.denials.now()
 	}
 	now := int64(-1)
-	var clientNow time.Time
 	if s.clock != nil {
-		clientNow = s.clock.Now()
-		now = clientNow.UnixMicro()
+		now = s.clock.Now().UnixMicro()
 	}
-	c := &call{ctx: ctx, keys: s.keys(key, limits), nk: len(limits), n: n, now: now, specs: make([][7]int64, len(limits))}
-	for i, l := range limits {
-		kind, _ := kindOf(l.Algorithm())
-		var c0, c1, c2 int64
-		if unit, _ := l.Calendar(); unit != 0 {
-			if clientNow.IsZero() {
-				clientNow = floodgate.SystemClock().Now()
-			}
-			start, end := l.Window(clientNow)
-			_, next := l.Window(end)
-			c0, c1, c2 = start.UnixMicro(), end.UnixMicro(), next.UnixMicro()
-		}
-		c.specs[i] = [7]int64{int64(kind), l.Quota(), l.Rate(), l.Period().Microseconds(), c0, c1, c2}
+	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: now, specs: p.params}
+	if p.calendar {
+		c.specs = p.calendarParams(now)
 	}
 	var err error
 	if s.batch != nil {
@@ -303,33 +293,59 @@ func (s *Store) Take(ctx context.Context, key string, limits []floodgate.Limit, 
 		err = c.err
 	}
 	if err != nil {
-		return floodgate.Result{}, err
+		return core.Decision{}, err
 	}
-	var buf [floodgate.MaxLimits]floodgate.Verdict
-	vs := buf[:len(limits)]
+	var buf [core.MaxLimits]core.Verdict
+	vs := buf[:len(p.specs)]
 	for i := range vs {
 		v := c.out[4*i:]
-		vs[i] = floodgate.Verdict{Allowed: v[0] == 1, Remaining: v[1], ResetAfter: usDuration(v[3])}
-		if v[0] != 1 {
-			vs[i].RetryAfter = usDuration(v[2])
-		}
+		vs[i] = core.Verdict{Allowed: v[0] == 1, Remaining: v[1], Retry: v[2], Reset: v[3]}
 	}
-	res := floodgate.Combine(limits, vs)
+	d := core.Decide(vs)
 	if s.denials != nil && n > 0 {
-		if res.Allowed {
+		if d.Allowed {
 			s.denials.forget(key) // the state moved: a cached retry would be stale
 		} else {
-			s.denials.put(key, limits, n, sent, res)
+			s.denials.put(key, p, n, sent, d)
 		}
 	}
-	return res, nil
+	return d, nil
 }
 
-func usDuration(us int64) time.Duration {
-	if us < 0 {
-		return floodgate.Never
+// calendarParams returns the limits' script parameters with the calendar
+// windows that contain now (µs, or -1 for the time now), which Lua, with
+// no time zones, cannot work out.
+func (p *policy) calendarParams(now int64) []scriptSpec {
+	if now < 0 {
+		now = p.s.calClock.Now().UnixMicro()
 	}
-	return time.Duration(us) * time.Microsecond
+	params := slices.Clone(p.params)
+	for i := range p.specs {
+		if sp := &p.specs[i]; sp.Calendar != 0 {
+			start, end := sp.Window(now)
+			_, next := sp.Window(end)
+			params[i].c0, params[i].c1, params[i].c2 = start, end, next
+		}
+	}
+	return params
+}
+
+// Reset implements floodgate.Policy: it deletes key's Redis keys.
+func (p *policy) Reset(ctx context.Context, key string) error {
+	if err := core.CheckKey(key); err != nil {
+		return err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	if s.denials != nil {
+		s.denials.forget(key)
+	}
+	if err := s.client.Del(ctx, p.keys(key)...).Err(); err != nil {
+		return s.wrap(ctx, err)
+	}
+	return nil
 }
 
 // wrap turns a Redis error into floodgate's: the caller's own cancellation
@@ -358,23 +374,6 @@ func (s *Store) Stats() Stats {
 		return Stats{}
 	}
 	return Stats{Decisions: s.batch.decisions.Load(), ScriptCalls: s.batch.scripts.Load()}
-}
-
-// Reset implements floodgate.Store: it deletes key's Redis keys.
-func (s *Store) Reset(ctx context.Context, key string, limits []floodgate.Limit) error {
-	if err := floodgate.CheckKey(key, limits); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return floodgate.ErrClosed
-	}
-	if s.denials != nil {
-		s.denials.forget(key)
-	}
-	if err := s.client.Del(ctx, s.keys(key, limits)...).Err(); err != nil {
-		return s.wrap(ctx, err)
-	}
-	return nil
 }
 
 // Close makes further calls fail with floodgate.ErrClosed, and closes the

@@ -90,8 +90,9 @@ func TestKeysShareSlot(t *testing.T) {
 	st := redisstore.New(client, &redisstore.Options{Prefix: "slot:"})
 	limits := []floodgate.Limit{floodgate.PerSecond(5), floodgate.FixedWindow(10, time.Minute),
 		floodgate.SlidingWindow(10, time.Minute), floodgate.SlidingLog(3, time.Minute)}
+	lim := limiter(t, st, limits...)
 	for _, key := range []string{"user:1", "{a}b", "}", "{", "a{}b", "{x}{y}", strings.Repeat("é", 200)} {
-		if _, err := st.Take(context.Background(), key, limits, 1); err != nil {
+		if _, err := lim.AllowN(context.Background(), key, 1); err != nil {
 			t.Errorf("key %q: %v", key, err)
 		}
 	}
@@ -100,7 +101,7 @@ func TestKeysShareSlot(t *testing.T) {
 func TestServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	st := redisstore.New(srv.Client(t), nil)
-	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.GCRA(15, 30, time.Minute)})
+	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.GCRA(15, 30, time.Minute)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestServerTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Allowed || r.Limit != 16 || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
+	if !r.Allowed || r.Quota != 16 || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
 		t.Fatalf("CL.THROTTLE user123 15 30 60 = %+v, want allowed, 16, 15, reset 2s", r)
 	}
 	ttl, err := srv.Client(t).PTTL(context.Background(), "floodgate:{user123}:0b").Result()
@@ -146,7 +147,7 @@ func TestHostileState(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := strings.TrimSuffix(strings.TrimPrefix(tt.key, "h:{"), "}:0"+tt.key[len(tt.key)-1:])
-			r, err := st.Take(ctx, key, []floodgate.Limit{tt.limit}, 1)
+			r, err := limiter(t, st, tt.limit).AllowN(ctx, key, 1)
 			if !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Take = %+v, %v; want an ErrStore saying %q", r, err, tt.want)
 			}
@@ -195,7 +196,7 @@ func TestBucketState(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				r, err := st.Take(ctx, key, []floodgate.Limit{tt.limit}, 1)
+				r, err := limiter(t, st, tt.limit).AllowN(ctx, key, 1)
 				if err != nil || !r.Allowed || r.Remaining != tt.remaining {
 					t.Fatalf("Take = %+v, %v; want allowed with %d remaining", r, err, tt.remaining)
 				}
@@ -212,15 +213,16 @@ func TestErrorsAreWrapped(t *testing.T) {
 	client := srv.Client(t)
 	st := redisstore.New(client, nil)
 	limits := []floodgate.Limit{floodgate.PerSecond(1)}
+	lim := limiter(t, st, limits...)
 	// A cancelled context is the caller's, not a store failure.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := st.Take(ctx, "k", limits, 1); !errors.Is(err, context.Canceled) || errors.Is(err, floodgate.ErrStore) {
+	if _, err := lim.AllowN(ctx, "k", 1); !errors.Is(err, context.Canceled) || errors.Is(err, floodgate.ErrStore) {
 		t.Errorf("Take with a cancelled context = %v, want context.Canceled only", err)
 	}
 	// A dead server is a store failure, never a denial.
 	srv.Stop()
-	r, err := st.Take(context.Background(), "k", limits, 1)
+	r, err := lim.AllowN(context.Background(), "k", 1)
 	if !errors.Is(err, floodgate.ErrStore) {
 		t.Errorf("Take on a stopped server = %+v, %v; want ErrStore", r, err)
 	}
@@ -230,7 +232,7 @@ func TestErrorsAreWrapped(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Take(context.Background(), "k", limits, 1); !errors.Is(err, floodgate.ErrClosed) {
+	if _, err := lim.AllowN(context.Background(), "k", 1); !errors.Is(err, floodgate.ErrClosed) {
 		t.Errorf("Take after Close = %v", err)
 	}
 }
@@ -242,9 +244,10 @@ func TestScriptReloaded(t *testing.T) {
 	client := srv.Client(t)
 	st := redisstore.New(client, nil)
 	limits := []floodgate.Limit{floodgate.PerMinute(10)}
+	lim := limiter(t, st, limits...)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		r, err := st.Take(ctx, "k", limits, 1)
+		r, err := lim.AllowN(ctx, "k", 1)
 		if err != nil || r.Remaining != int64(9-i) {
 			t.Fatalf("decision %d after SCRIPT FLUSH: %+v, %v", i, r, err)
 		}
@@ -295,8 +298,9 @@ func TestFunctions(t *testing.T) {
 			st := redisstore.New(client, &redisstore.Options{Prefix: tt.name + ":", DisableFunctions: tt.disable})
 			defer st.Close()
 			limits := []floodgate.Limit{floodgate.PerMinute(3)}
+			lim := limiter(t, st, limits...)
 			for i := range 4 {
-				r, err := st.Take(ctx, "k", limits, 1)
+				r, err := lim.AllowN(ctx, "k", 1)
 				if err != nil {
 					t.Fatalf("decision %d: %v", i, err)
 				}
@@ -311,7 +315,7 @@ func TestFunctions(t *testing.T) {
 			}
 			if tt.flush {
 				// Flushed after the last decision: one more loads it again.
-				if _, err := st.Take(ctx, "other", limits, 1); err != nil {
+				if _, err := lim.AllowN(ctx, "other", 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -337,6 +341,7 @@ func TestFunctionFlushUnderLoad(t *testing.T) {
 	st := redisstore.New(client, &redisstore.Options{Prefix: "ffl:", MaxInflight: 1})
 	defer st.Close()
 	limits := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 20)}
+	lim := limiter(t, st, limits...)
 	const workers, tries, keys = 16, 50, 8
 	var admitted [keys]atomic.Int64
 	var wg sync.WaitGroup
@@ -352,7 +357,7 @@ func TestFunctionFlushUnderLoad(t *testing.T) {
 					}
 				}
 				k := (w + i) % keys
-				r, err := st.Take(ctx, "k"+strconv.Itoa(k), limits, 1)
+				r, err := lim.AllowN(ctx, "k"+strconv.Itoa(k), 1)
 				if err != nil {
 					errs <- err
 					continue
@@ -382,7 +387,7 @@ func TestNewFromURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if _, err := st.Take(context.Background(), "k", []floodgate.Limit{floodgate.PerSecond(1)}, 1); err != nil {
+	if _, err := limiter(t, st, floodgate.PerSecond(1)).AllowN(context.Background(), "k", 1); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret", DB: 2}).DBSize(context.Background()).Result(); err != nil || n != 1 {
@@ -406,6 +411,7 @@ func TestAccuracyUnderConcurrency(t *testing.T) {
 	const rate, burst = 2000, 100
 	st := redisstore.New(client, nil)
 	limits := []floodgate.Limit{floodgate.TokenBucket(rate, time.Second, burst)}
+	lim := limiter(t, st, limits...)
 	ctx := context.Background()
 	serverNow := func() time.Time { tm, _ := client.Time(ctx).Result(); return tm }
 
@@ -426,7 +432,7 @@ func TestAccuracyUnderConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
-				r, err := st.Take(ctx, "hot", limits, 1)
+				r, err := lim.AllowN(ctx, "hot", 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -474,6 +480,10 @@ func TestBatching(t *testing.T) {
 			st := redisstore.New(newClient(t), &redisstore.Options{Clock: clock})
 			defer st.Close()
 			const keys, workers, tries = 30, 48, 40
+			lims := make([]*floodgate.Limiter, len(limits))
+			for i := range limits {
+				lims[i] = limiter(t, st, limits[i]...)
+			}
 			var admitted [keys]atomic.Int64
 			var wg sync.WaitGroup
 			errs := make(chan error, workers)
@@ -483,7 +493,7 @@ func TestBatching(t *testing.T) {
 					defer wg.Done()
 					for i := range tries {
 						k := (w*tries + i) % keys
-						r, err := st.Take(context.Background(), fmt.Sprintf("k%d", k), limits[k%len(limits)], 1)
+						r, err := lims[k%len(limits)].Allow(context.Background(), fmt.Sprintf("k%d", k))
 						if err != nil {
 							errs <- err
 							return
@@ -521,6 +531,7 @@ func TestBatchIsolatesErrors(t *testing.T) {
 	st := redisstore.New(client, &redisstore.Options{Prefix: "iso:"})
 	defer st.Close()
 	limits := []floodgate.Limit{floodgate.PerSecond(1000)}
+	lim := limiter(t, st, limits...)
 	if err := client.Set(context.Background(), "iso:{bad}:0b", "not floodgate", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +546,7 @@ func TestBatchIsolatesErrors(t *testing.T) {
 				if (w+i)%4 == 0 {
 					key = "bad"
 				}
-				_, err := st.Take(context.Background(), key, limits, 1)
+				_, err := lim.AllowN(context.Background(), key, 1)
 				switch {
 				case key == "bad" && errors.Is(err, floodgate.ErrStore):
 					bad.Add(1)
@@ -597,6 +608,7 @@ func TestDenialCache(t *testing.T) {
 			cached := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dc:", i), Clock: clock, DenialCache: true})
 			defer plain.Close()
 			defer cached.Close()
+			plainLim, cachedLim := limiter(t, plain, tt.limits...), limiter(t, cached, tt.limits...)
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			hits := 0
 			for step := range 600 {
@@ -606,8 +618,8 @@ func TestDenialCache(t *testing.T) {
 					n = 9 // more than any quota: never
 				}
 				key := fmt.Sprintf("k%d", rng.IntN(2))
-				want, err1 := plain.Take(context.Background(), key, tt.limits, n)
-				got, err2 := cached.Take(context.Background(), key, tt.limits, n)
+				want, err1 := plainLim.AllowN(context.Background(), key, n)
+				got, err2 := cachedLim.AllowN(context.Background(), key, n)
 				if err1 != nil || err2 != nil {
 					t.Fatal(err1, err2)
 				}
@@ -630,4 +642,14 @@ func TestDenialCache(t *testing.T) {
 			t.Logf("%d of 600 answered from the cache", hits)
 		})
 	}
+}
+
+// limiter returns a Limiter for limits over st.
+func limiter(t testing.TB, st floodgate.Store, limits ...floodgate.Limit) *floodgate.Limiter {
+	t.Helper()
+	lim, err := floodgate.NewLimiter(st, limits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
 }

@@ -58,9 +58,9 @@ func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
 func NewLimiter(t testing.TB, limits ...floodgate.Limit) (*floodgate.Limiter, *Clock) {
 	t.Helper()
 	clock := NewClock(Base)
-	store := floodgate.NewMemoryStore(&floodgate.MemoryConfig{Clock: clock, SweepInterval: -1})
+	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	lim, err := floodgate.NewLimiter(store, limits, floodgate.WithClock(clock))
+	lim, err := floodgate.NewLimiter(store, limits, &floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

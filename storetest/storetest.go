@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 )
 
 // NewStore returns a fresh, empty store that reads time from clock. Run
@@ -58,9 +59,9 @@ type Op uint8
 
 // The operations of a Step.
 const (
-	Take  Op = iota // Store.Take with the step's cost
-	Reset           // Store.Reset
-	Wait            // Limiter.Wait with the step's cost; Want.RetryAfter is how long it waited
+	Take  Op = iota // Limiter.AllowN with the step's cost
+	Reset           // Limiter.Reset
+	Wait            // Limiter.WaitN with the step's cost; Want.RetryAfter is how long it waited
 )
 
 // Step is one call in a Scenario, at a time relative to Base.
@@ -90,7 +91,7 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 	clock := NewClock(Base)
 	st := newStore(t, clock)
 	t.Cleanup(func() { st.Close() })
-	lim, err := floodgate.NewLimiter(st, sc.Limits, floodgate.WithClock(clock))
+	lim, err := floodgate.NewLimiter(st, sc.Limits, &floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatalf("NewLimiter: %v", err)
 	}
@@ -106,11 +107,11 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 			var got floodgate.Result
 			switch s.Op {
 			case Take:
-				got, err = st.Take(ctx, key, sc.Limits, s.N)
+				got, err = lim.AllowN(ctx, key, s.N)
 			case Reset:
-				err = st.Reset(ctx, key, sc.Limits)
+				err = lim.Reset(ctx, key)
 			case Wait:
-				err = lim.Wait(ctx, key, s.N)
+				err = lim.WaitN(ctx, key, s.N)
 				got = floodgate.Result{Allowed: err == nil, RetryAfter: clock.Now().Sub(Base.Add(s.At))}
 			}
 			if err != nil {
@@ -118,6 +119,9 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 			}
 			// Source says who decided (a cache, a fallback), not what.
 			got.Source = 0
+			if s.Op == Take {
+				want.Name = sc.Limits[want.Index].Name()
+			}
 			if got != want {
 				t.Fatalf("step %d (at %s, n=%d, repeat %d):\n got %s\nwant %s", i, s.At, s.N, r, fmtResult(got), fmtResult(want))
 			}
@@ -131,17 +135,17 @@ func fmtResult(r floodgate.Result) string {
 	if r.RetryAfter == floodgate.Never {
 		retry = "Never"
 	}
-	return fmt.Sprintf("{Allowed:%v Limit:%d Remaining:%d RetryAfter:%s ResetAfter:%s Index:%d}",
-		r.Allowed, r.Limit, r.Remaining, retry, r.ResetAfter, r.Index)
+	return fmt.Sprintf("{Allowed:%v Quota:%d Remaining:%d RetryAfter:%s ResetAfter:%s Index:%d Name:%q}",
+		r.Allowed, r.Quota, r.Remaining, retry, r.ResetAfter, r.Index, r.Name)
 }
 
 // ok and no build expected results for limit index 0.
 func ok(limit, remaining int64, reset time.Duration) floodgate.Result {
-	return floodgate.Result{Allowed: true, Limit: limit, Remaining: remaining, ResetAfter: reset}
+	return floodgate.Result{Allowed: true, Quota: limit, Remaining: remaining, ResetAfter: reset}
 }
 
 func no(limit, remaining int64, retry, reset time.Duration) floodgate.Result {
-	return floodgate.Result{Limit: limit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+	return floodgate.Result{Quota: limit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
 }
 
 func at(r floodgate.Result, index int) floodgate.Result {
@@ -183,20 +187,77 @@ func runErrors(t *testing.T, newStore NewStore) {
 		{"one bad limit of two", "k", []floodgate.Limit{floodgate.PerSecond(1), floodgate.GCRA(-1, 1, sec)}, 1, floodgate.ErrInvalidLimit},
 	}
 	for _, tt := range tests {
-		_, err := st.Take(ctx, tt.key, tt.limits, tt.n)
+		// Limits are checked once, when the Limiter is made (and the store
+		// prepares them); keys and costs at every call.
+		lim, err := floodgate.NewLimiter(st, tt.limits, nil)
+		if err != nil {
+			if !errors.Is(err, tt.want) {
+				t.Errorf("%s: NewLimiter error = %v, want %v", tt.name, err, tt.want)
+			}
+			continue
+		}
+		_, err = lim.AllowN(ctx, tt.key, tt.n)
 		if !errors.Is(err, tt.want) {
 			t.Errorf("%s: Take error = %v, want %v", tt.name, err, tt.want)
 		}
 		if tt.n >= 0 {
-			if err := st.Reset(ctx, tt.key, tt.limits); !errors.Is(err, tt.want) {
+			if err := lim.Reset(ctx, tt.key); !errors.Is(err, tt.want) {
 				t.Errorf("%s: Reset error = %v, want %v", tt.name, err, tt.want)
 			}
 		}
 	}
+	// A store checks what it is given to prepare, not only what a
+	// Limiter would give it.
+	spec := func(l floodgate.Limit) core.Spec {
+		q, rate, period := l.Quota(), l.Rate(), l.Period()
+		s, err := core.NewBucket("token-bucket", rate, period, q, "burst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tampered := spec(floodgate.PerSecond(10))
+	tampered.TQ = 0
+	badSpecs := []struct {
+		name  string
+		specs []core.Spec
+		want  error
+	}{
+		{"no specs", nil, floodgate.ErrNoLimits},
+		{"too many specs", make([]core.Spec, floodgate.MaxLimits+1), floodgate.ErrNoLimits},
+		{"zero spec", []core.Spec{{}}, floodgate.ErrInvalidLimit},
+		{"tampered spec", []core.Spec{tampered}, floodgate.ErrInvalidLimit},
+	}
+	for _, tt := range badSpecs {
+		if _, err := st.Prepare(tt.specs); !errors.Is(err, tt.want) {
+			t.Errorf("%s: Prepare error = %v, want %v", tt.name, err, tt.want)
+		}
+	}
 	// A key of exactly MaxKeyLen bytes, of any bytes, is fine.
+	lim, err := floodgate.NewLimiter(st, good, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	long := strings.Repeat("\xff{}:", floodgate.MaxKeyLen/4)
-	if _, err := st.Take(ctx, long, good, 1); err != nil {
+	if _, err := lim.Allow(ctx, long); err != nil {
 		t.Errorf("Take with a %d-byte key: %v", len(long), err)
+	}
+	// After Close, everything fails with ErrClosed, and Close is safe to
+	// call again.
+	if err := st.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := lim.Allow(ctx, "k"); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Take after Close: %v, want ErrClosed", err)
+	}
+	if err := lim.Reset(ctx, "k"); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Reset after Close: %v, want ErrClosed", err)
+	}
+	if _, err := st.Prepare([]core.Spec{spec(floodgate.PerSecond(1))}); !errors.Is(err, floodgate.ErrClosed) {
+		t.Errorf("Prepare after Close: %v, want ErrClosed", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }
 
@@ -229,7 +290,10 @@ func runConcurrency(t *testing.T, newStore NewStore) {
 			clock := NewClock(Base)
 			st := newStore(t, clock)
 			t.Cleanup(func() { st.Close() })
-			limits := []floodgate.Limit{tt.limit}
+			lim, err := floodgate.NewLimiter(st, []floodgate.Limit{tt.limit}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var admitted atomic.Int64
 			const workers, tries = 8, 12
 			for s := 0; s < tt.steps; s++ {
@@ -240,7 +304,7 @@ func runConcurrency(t *testing.T, newStore NewStore) {
 					go func() {
 						defer wg.Done()
 						for i := 0; i < tries; i++ {
-							r, err := st.Take(context.Background(), "hot", limits, 1)
+							r, err := lim.Allow(context.Background(), "hot")
 							if err != nil {
 								errs <- err
 								return

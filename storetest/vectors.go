@@ -155,9 +155,19 @@ func (e *vectorEnv) at(ms float64) {
 	e.clock.Set(Base.Add(time.Duration(ms * float64(time.Millisecond))))
 }
 
+// limiter returns a Limiter for limits on the store, on the clock.
+func (e *vectorEnv) limiter(t *testing.T, limits []fg.Limit) *fg.Limiter {
+	t.Helper()
+	lim, err := fg.NewLimiter(e.store, limits, &fg.Options{Clock: e.clock})
+	if err != nil {
+		t.Fatalf("NewLimiter(%v): %v", limits, err)
+	}
+	return lim
+}
+
 func (e *vectorEnv) take(t *testing.T, key string, limits []fg.Limit, n int64) fg.Result {
 	t.Helper()
-	r, err := e.store.Take(context.Background(), key, limits, n)
+	r, err := e.limiter(t, limits).AllowN(context.Background(), key, n)
 	if err != nil {
 		t.Fatalf("Take(%q, %d): %v", key, n, err)
 	}
@@ -212,7 +222,7 @@ func redisCellVector(v vector) func(*testing.T, *vectorEnv) {
 			if !r.Allowed && r.RetryAfter != fg.Never {
 				retry = ceilSeconds(r.RetryAfter)
 			}
-			got := []int64{b2i(!r.Allowed), r.Limit, r.Remaining, retry, ceilSeconds(r.ResetAfter)}
+			got := []int64{b2i(!r.Allowed), r.Quota, r.Remaining, retry, ceilSeconds(r.ResetAfter)}
 			want := []int64{int64(num(s.Expect, "limited")), int64(num(s.Expect, "limit")), int64(num(s.Expect, "remaining")),
 				int64(num(s.Expect, "retry_after_s")), int64(num(s.Expect, "reset_after_s"))}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -247,7 +257,7 @@ func redisRateVector(v vector) func(*testing.T, *vectorEnv) {
 		ctx := context.Background()
 		for _, s := range v.Steps {
 			if s.Op == "Reset" {
-				if err := e.store.Reset(ctx, "test_id", limits); err != nil {
+				if err := e.limiter(t, limits).Reset(ctx, "test_id"); err != nil {
 					t.Fatal(err)
 				}
 				continue
@@ -329,7 +339,7 @@ func throttledVector(v vector) func(*testing.T, *vectorEnv) {
 			r := e.take(t, s.Path, limits, 1)
 			got := map[string]string{
 				"status":                "200",
-				"X-Ratelimit-Limit":     strconv.FormatInt(r.Limit, 10),
+				"X-Ratelimit-Limit":     strconv.FormatInt(r.Quota, 10),
 				"X-Ratelimit-Remaining": strconv.FormatInt(r.Remaining, 10),
 				"X-Ratelimit-Reset":     strconv.FormatInt(ceilSeconds(r.ResetAfter), 10),
 			}
@@ -392,7 +402,7 @@ func goZeroTokenVector(v vector) func(*testing.T, *vectorEnv) {
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
 				for i := 0; i < max(1, s.Repeat); i++ {
-					r, err := e.store.Take(ctx, "tokenlimit", limits, 1)
+					r, err := e.limiter(t, limits).Allow(ctx, "tokenlimit")
 					if err == nil && r.Allowed {
 						t.Fatalf("line %d: allowed with a cancelled context", s.Line)
 					}
@@ -431,10 +441,7 @@ func goZeroTokenVector(v vector) func(*testing.T, *vectorEnv) {
 func xTimeRateVector(v vector) func(*testing.T, *vectorEnv) {
 	return func(t *testing.T, e *vectorEnv) {
 		limits := []fg.Limit{fg.TokenBucket(int64(num(v.Params, "limit_per_s")), time.Second, int64(num(v.Params, "burst")))}
-		lim, err := fg.NewLimiter(e.store, limits, fg.WithClock(e.clock))
-		if err != nil {
-			t.Fatal(err)
-		}
+		lim := e.limiter(t, limits)
 		for _, s := range v.Steps {
 			e.at(s.TMs)
 			switch s.Op {
@@ -448,7 +455,7 @@ func xTimeRateVector(v vector) func(*testing.T, *vectorEnv) {
 					t.Errorf("line %d: allowed %v, want %v", s.Line, got, s.Expect["allowed"])
 				}
 			case "ReserveN":
-				if err := lim.Wait(context.Background(), "k", s.N); err != nil {
+				if err := lim.WaitN(context.Background(), "k", s.N); err != nil {
 					t.Fatalf("line %d: Wait: %v", s.Line, err)
 				}
 				acted := e.clock.Now().Sub(Base)
@@ -482,7 +489,7 @@ func slidingCounterVector(v vector) func(*testing.T, *vectorEnv) {
 		for _, s := range v.Steps {
 			e.at(s.TMs)
 			peek := e.take(t, "k", limits, 0)
-			est := peek.Limit - peek.Remaining
+			est := peek.Quota - peek.Remaining
 			for _, k := range []string{"rate", "count"} {
 				if want, ok := s.Expect[k].(float64); ok && float64(est) != math.Ceil(want) {
 					t.Errorf("estimate %d, want ceil(%v) = %v", est, want, math.Ceil(want))
@@ -492,7 +499,7 @@ func slidingCounterVector(v vector) func(*testing.T, *vectorEnv) {
 				// "One more request ... and the rate limiter will start being
 				// very angry": the next request is denied.
 				if e.take(t, "k", limits, 1).Allowed {
-					t.Errorf("one more request was allowed at estimate %d of %d", est, peek.Limit)
+					t.Errorf("one more request was allowed at estimate %d of %d", est, peek.Quota)
 				}
 			}
 		}

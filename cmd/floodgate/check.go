@@ -35,11 +35,12 @@ Flags:
 		fs.PrintDefaults()
 	}
 	var sf storeFlags
-	sf.register(fs)
-	cfgPath := fs.String("config", envOr("FLOODGATE_CONFIG", ""), "rules file (YAML); the built-in example rule when empty ($FLOODGATE_CONFIG)")
-	server := fs.String("server", envOr("FLOODGATE_SERVER", ""), "URL of a running floodgate serve, http://host:port ($FLOODGATE_SERVER)")
-	token := fs.String("token", envOr("FLOODGATE_TOKEN", ""), "bearer token for --server ($FLOODGATE_TOKEN)")
-	if code, ok := parseFlags(fs, args, stderr); !ok {
+	var e env
+	sf.register(fs, &e)
+	cfgPath := fs.String("config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML); the built-in example rule when empty ($FLOODGATE_CONFIG)")
+	server := fs.String("server", e.str("FLOODGATE_SERVER", ""), "URL of a running floodgate serve, http://host:port ($FLOODGATE_SERVER)")
+	token := fs.String("token", e.str("FLOODGATE_TOKEN", ""), "bearer token for --server ($FLOODGATE_TOKEN)")
+	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return code
 	}
 	if fs.NArg() == 0 && *cfgPath != "" && *server == "" {
@@ -60,57 +61,17 @@ Flags:
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var out json.RawMessage
+	var out []byte
 	var allowed bool
+	var err error
 	if *server != "" {
-		body, _ := json.Marshal(req)
-		hr, _ := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(*server, "/")+"/v1/check", bytes.NewReader(body))
-		hr.Header.Set("Content-Type", "application/json")
-		if *token != "" {
-			hr.Header.Set("Authorization", "Bearer "+*token)
-		}
-		resp, err := http.DefaultClient.Do(hr)
-		if err != nil {
-			fmt.Fprintf(stderr, "floodgate check: %v\n", err)
-			return 2
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if resp.StatusCode != http.StatusOK {
-			fmt.Fprintf(stderr, "floodgate check: %s: %s\n", resp.Status, strings.TrimSpace(string(b)))
-			return 2
-		}
-		var r httpapi.CheckResponse
-		if err := json.Unmarshal(b, &r); err != nil {
-			fmt.Fprintf(stderr, "floodgate check: the server's answer is not JSON: %v\n", err)
-			return 2
-		}
-		out, allowed = bytes.TrimSpace(b), r.Allowed
+		out, allowed, err = checkRemote(ctx, *server, *token, req)
 	} else {
-		cfg, err := loadRules(*cfgPath)
-		if err != nil {
-			fmt.Fprintf(stderr, "floodgate check: invalid rules file:\n%v\n", err)
-			return 2
-		}
-		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		store, fb, _, closeStore, err := openStore(&sf, log)
-		if err != nil {
-			fmt.Fprintf(stderr, "floodgate check: %v\n", err)
-			return 2
-		}
-		defer closeStore()
-		svc := service.New(store, fb, cfg, log)
-		rec := &recorder{header: http.Header{}}
-		body, _ := json.Marshal(req)
-		hr, _ := http.NewRequestWithContext(ctx, "POST", "/v1/check", bytes.NewReader(body))
-		httpapi.Handler(svc, httpapi.Options{Logger: log}).ServeHTTP(rec, hr)
-		if rec.status != http.StatusOK {
-			fmt.Fprintf(stderr, "floodgate check: %s\n", strings.TrimSpace(rec.body.String()))
-			return 2
-		}
-		var r httpapi.CheckResponse
-		json.Unmarshal(rec.body.Bytes(), &r)
-		out, allowed = bytes.TrimSpace(rec.body.Bytes()), r.Allowed
+		out, allowed, err = checkLocal(ctx, &sf, *cfgPath, req, stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
+		return 2
 	}
 	fmt.Fprintf(stdout, "%s\n", out)
 	if allowed {
@@ -119,22 +80,61 @@ Flags:
 	return 1
 }
 
-// recorder is a minimal http.ResponseWriter for answering locally with
-// the same handler the service uses.
-type recorder struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
+// checkRemote asks a running floodgate serve, and returns its JSON answer.
+func checkRemote(ctx context.Context, server, token string, req httpapi.CheckRequest) ([]byte, bool, error) {
+	body, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(server, "/")+"/v1/check", bytes.NewReader(body))
+	if err != nil {
+		return nil, false, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		hr.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, false, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	var r httpapi.CheckResponse
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, false, fmt.Errorf("the server's answer is not JSON: %w", err)
+	}
+	return bytes.TrimSpace(b), r.Allowed, nil
 }
 
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
+// checkLocal decides on the store the flags name, with the service that
+// floodgate serve runs, and returns the answer as the server would.
+func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, req httpapi.CheckRequest, stderr io.Writer) ([]byte, bool, error) {
+	cfg, err := loadRules(cfgPath)
+	if err != nil {
+		return nil, false, fmt.Errorf("invalid rules file:\n%w", err)
 	}
-	return r.body.Write(b)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, fb, _, closeStore, err := openStore(sf, log)
+	if err != nil {
+		return nil, false, err
+	}
+	defer closeStore()
+	svc, err := service.New(store, fb, cfg, log)
+	if err != nil {
+		return nil, false, err
+	}
+	cost := int64(1)
+	if req.Cost != nil {
+		cost = *req.Cost
+	}
+	d, err := svc.Check(ctx, req.Rule, req.Key, cost)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := json.Marshal(httpapi.NewCheckResponse(d))
+	return out, d.Allowed, err
 }
-func (r *recorder) WriteHeader(s int) { r.status = s }
 
 func validate(path string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(path)

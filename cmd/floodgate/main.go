@@ -76,52 +76,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// envOr returns $name, or def when it is unset.
-func envOr(name, def string) string {
+// env reads flag defaults from FLOODGATE_* environment variables, and
+// keeps every malformed value as an error naming the variable, so that a
+// typo in a deployment fails at start instead of being ignored.
+type env struct{ errs []error }
+
+// str returns $name, or def when it is unset.
+func (e *env) str(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
 		return v
 	}
 	return def
 }
 
-func envInt(name string, def int64) int64 {
-	if v, ok := os.LookupEnv(name); ok {
-		if i, err := strconv.ParseInt(v, 10, 64); err == nil {
-			return i
-		}
+// int returns $name as a whole number, or def when it is unset.
+func (e *env) int(name string, def int64) int64 {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
 	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(name); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
+	i, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not a whole number", name, v))
+		return def
 	}
-	return def
+	return i
 }
 
-// storeFlags are the flags that choose and tune the store.
-type storeFlags struct {
-	redis     string
-	cluster   string
-	prefix    string
-	policy    string
-	instances int64
-	budget    time.Duration
+// duration returns $name as a duration ("50ms", "1s"), or def when it is
+// unset.
+func (e *env) duration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not a duration (like 50ms or 1s)", name, v))
+		return def
+	}
+	return d
 }
 
-func (s *storeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.redis, "redis", envOr("FLOODGATE_REDIS", ""), "Redis URL, redis://[user:password@]host:port[/db] or rediss:// ($FLOODGATE_REDIS); the embedded in-memory store when empty")
-	fs.StringVar(&s.cluster, "redis-cluster", envOr("FLOODGATE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster nodes, host:port,... ($FLOODGATE_REDIS_CLUSTER)")
-	fs.StringVar(&s.prefix, "redis-prefix", envOr("FLOODGATE_REDIS_PREFIX", "floodgate:"), "prefix of every Redis key ($FLOODGATE_REDIS_PREFIX)")
-	fs.StringVar(&s.policy, "fallback", envOr("FLOODGATE_FALLBACK", "local"), "what to answer while Redis fails: local, fail-open or fail-closed ($FLOODGATE_FALLBACK)")
-	fs.Int64Var(&s.instances, "instances", envInt("FLOODGATE_INSTANCES", 1), "how many floodgate instances share Redis; each one's local fallback gets 1/instances of each limit ($FLOODGATE_INSTANCES)")
-	fs.DurationVar(&s.budget, "budget", envDuration("FLOODGATE_BUDGET", 50*time.Millisecond), "longest wait for Redis per decision before the fallback answers ($FLOODGATE_BUDGET)")
-}
+// err returns the malformed variables as one error, or nil.
+func (e *env) err() error { return errors.Join(e.errs...) }
 
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (int, bool) {
+// parseFlags parses args into fs, after the environment e gave the
+// defaults. It returns the exit status and false when the command should
+// stop: for --help, a bad flag or a malformed environment variable.
+func parseFlags(fs *flag.FlagSet, e *env, args []string, stderr io.Writer) (int, bool) {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -129,17 +132,11 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (int, bool) {
 		}
 		return 2, false
 	}
-	return 0, true
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
+	if err := e.err(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 2, false
 	}
-	return out
+	return 0, true
 }
 
 // loadRules returns the rules of the file at path, or the built-in example

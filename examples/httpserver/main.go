@@ -51,7 +51,7 @@ func run(addr, redisURL, proxyList string) error {
 	lim, err := floodgate.NewLimiter(store, []floodgate.Limit{
 		floodgate.TokenBucket(5, time.Second, 10).Named("burst"),
 		floodgate.FixedWindow(1000, time.Hour).Named("hourly"),
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}

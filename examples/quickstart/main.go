@@ -36,7 +36,7 @@ func main() {
 
 	// Wait blocks until the request passes (about 200ms here).
 	start := time.Now()
-	if err := lim.Wait(ctx, "user:42", 1); err != nil {
+	if err := lim.Wait(ctx, "user:42"); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("Wait for one more: passed after %s\n", time.Since(start).Round(10*time.Millisecond))

@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -117,12 +119,7 @@ type CheckResponse struct {
 }
 
 func ms(d floodgate.Result) (retry, reset int64) {
-	up := func(ns int64) int64 { return (ns + 999_999) / 1_000_000 }
-	retry = up(int64(d.RetryAfter))
-	if d.RetryAfter == floodgate.Never {
-		retry = -1
-	}
-	return retry, up(int64(d.ResetAfter))
+	return core.RoundUp(d.RetryAfter, time.Millisecond), core.RoundUp(d.ResetAfter, time.Millisecond)
 }
 
 func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {
@@ -138,19 +135,24 @@ func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {
 		}
 		return CheckResponse{Rule: c.Rule, Error: err.Error(), Status: status}, status
 	}
+	return NewCheckResponse(d), http.StatusOK
+}
+
+// NewCheckResponse is the answer to a check that the service decided.
+func NewCheckResponse(d service.Decision) CheckResponse {
 	retry, reset := ms(d.Result)
 	return CheckResponse{
-		Rule: c.Rule, Allowed: d.Allowed, Limit: d.Result.Limit, Remaining: d.Result.Remaining,
+		Rule: d.Rule, Allowed: d.Allowed, Limit: d.Result.Quota, Remaining: d.Result.Remaining,
 		RetryAfterMs: retry, ResetAfterMs: reset, Policy: d.Policy,
 		Shadow: d.Shadow, WouldDeny: d.Shadow && !d.Result.Allowed, Source: d.Result.Source.String(),
-	}, http.StatusOK
+	}
 }
 
 func statusOf(err error) int {
 	switch {
 	case errors.Is(err, service.ErrUnknownRule):
 		return http.StatusNotFound
-	case errors.Is(err, service.ErrBadRequest), errors.Is(err, floodgate.ErrInvalidKey), errors.Is(err, floodgate.ErrInvalidCost):
+	case errors.Is(err, service.ErrBadRequest), core.IsInvalidInput(err):
 		return http.StatusBadRequest
 	}
 	// The store failed, or the request's context ended first.

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -555,19 +556,9 @@ func (c *conn) writeDecision(allowed bool, res floodgate.Result, unit time.Durat
 	limited, retry := int64(0), int64(-1)
 	if !allowed {
 		limited = 1
-		if res.RetryAfter != floodgate.Never {
-			retry = ceilDiv(res.RetryAfter, unit)
-		}
+		retry = core.RoundUp(res.RetryAfter, unit) // -1 for never
 	}
-	c.writeInts(limited, res.Limit, res.Remaining, retry, ceilDiv(res.ResetAfter, unit))
-}
-
-func ceilDiv(d, unit time.Duration) int64 {
-	q := int64(d / unit)
-	if d%unit != 0 {
-		q++
-	}
-	return q
+	c.writeInts(limited, res.Quota, res.Remaining, retry, core.RoundUp(res.ResetAfter, unit))
 }
 
 func (c *conn) check(ctx context.Context, args []string) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/metrics"
@@ -48,7 +49,7 @@ type Decision struct {
 type Service struct {
 	store    floodgate.Store
 	fallback *fallback.Store // nil without Redis
-	cfg      atomic.Pointer[config.Config]
+	rules    atomic.Pointer[ruleset]
 	log      *slog.Logger
 
 	Metrics   *metrics.Registry
@@ -58,11 +59,35 @@ type Service struct {
 	lastOK    atomic.Int64 // unix seconds of the last good (re)load
 }
 
+// ruleset is a configuration with a Limiter for each rule, prepared on
+// the store once, when the configuration is swapped in.
+type ruleset struct {
+	cfg      *config.Config
+	limiters map[string]*floodgate.Limiter
+}
+
+func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
+	rs := &ruleset{cfg: cfg, limiters: make(map[string]*floodgate.Limiter, len(cfg.Rules))}
+	for _, r := range cfg.Rules {
+		lim, err := floodgate.NewLimiter(s.store, r.Limits, nil)
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		rs.limiters[r.Name] = lim
+	}
+	return rs, nil
+}
+
 // New returns a Service over store with the rules cfg. fb, when not nil,
 // is the fallback store that store is or wraps, whose state is reported.
-func New(store floodgate.Store, fb *fallback.Store, cfg *config.Config, log *slog.Logger) *Service {
+// It fails when the store cannot prepare the rules' limits.
+func New(store floodgate.Store, fb *fallback.Store, cfg *config.Config, log *slog.Logger) (*Service, error) {
 	s := &Service{store: store, fallback: fb, log: log, Metrics: &metrics.Registry{}}
-	s.cfg.Store(cfg)
+	rs, err := s.prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.rules.Store(rs)
 	s.lastOK.Store(time.Now().Unix())
 	m := s.Metrics
 	s.decisions = m.NewCounterVec("floodgate_decisions_total", "Decisions by rule and outcome (allowed, denied, shadow_denied, error).", "rule", "outcome")
@@ -70,7 +95,7 @@ func New(store floodgate.Store, fb *fallback.Store, cfg *config.Config, log *slo
 		[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})
 	s.reloads = m.NewCounterVec("floodgate_config_reloads_total", "Rule file reloads by result (success, failure).", "result")
 	m.NewGaugeFunc("floodgate_config_last_reload_success_timestamp_seconds", "When the rules in use were loaded.", func() float64 { return float64(s.lastOK.Load()) })
-	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.cfg.Load().Rules)) })
+	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.Config().Rules)) })
 	m.NewGaugeFunc("floodgate_fallback_degraded", "1 while the Redis store is failing and decisions follow the fallback policy, else 0.", func() float64 {
 		if fb != nil && fb.State() == fallback.Degraded {
 			return 1
@@ -89,23 +114,27 @@ func New(store floodgate.Store, fb *fallback.Store, cfg *config.Config, log *slo
 		}
 		return fb.Stats().Fallbacks
 	})
-	return s
+	return s, nil
 }
 
 // Config returns the rules in use.
-func (s *Service) Config() *config.Config { return s.cfg.Load() }
+func (s *Service) Config() *config.Config { return s.rules.Load().cfg }
 
 // Reload loads the rules file at path and swaps it in. When the file is
 // invalid it returns the error, logs it, counts it, and keeps the rules in
 // use.
 func (s *Service) Reload(path string) error {
 	cfg, err := config.Load(path)
+	var rs *ruleset
+	if err == nil {
+		rs, err = s.prepare(cfg)
+	}
 	if err != nil {
 		s.reloads.Add(1, "failure")
 		s.log.Error("floodgate: rules file invalid; keeping the rules in use", "file", path, "error", err.Error())
 		return err
 	}
-	s.cfg.Store(cfg)
+	s.rules.Store(rs)
 	s.reloads.Add(1, "success")
 	s.lastOK.Store(time.Now().Unix())
 	s.log.Info("floodgate: rules reloaded", "file", path, "rules", len(cfg.Rules))
@@ -129,7 +158,8 @@ func checkKey(key string) error {
 
 // Check decides a request of cost on key under the rule called rule.
 func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Decision, error) {
-	r, ok := s.cfg.Load().Rule(rule)
+	rs := s.rules.Load()
+	r, ok := rs.cfg.Rule(rule)
 	if !ok {
 		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
@@ -139,12 +169,12 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: cost must not be negative, got %d", ErrBadRequest, cost)
 	}
-	res, err := s.take(ctx, "r:"+rule+":"+key, r.Limits, cost)
+	res, err := s.take(ctx, rs.limiters[rule], "r:"+rule+":"+key, cost)
 	if err != nil {
 		s.decisions.Add(1, rule, "error")
 		return Decision{}, err
 	}
-	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Policy: r.Limits[res.Index].Name()}
+	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Policy: res.Name}
 	switch {
 	case res.Allowed:
 		s.decisions.Add(1, rule, "allowed")
@@ -156,23 +186,23 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	return d, nil
 }
 
-func (s *Service) take(ctx context.Context, key string, limits []floodgate.Limit, n int64) (floodgate.Result, error) {
+func (s *Service) take(ctx context.Context, lim *floodgate.Limiter, key string, n int64) (floodgate.Result, error) {
 	start := time.Now()
-	res, err := s.store.Take(ctx, key, limits, n)
+	res, err := lim.AllowN(ctx, key, n)
 	s.latency.Observe(time.Since(start).Seconds())
 	return res, err
 }
 
 // Reset refills key under rule.
 func (s *Service) Reset(ctx context.Context, rule, key string) error {
-	r, ok := s.cfg.Load().Rule(rule)
+	lim, ok := s.rules.Load().limiters[rule]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	return s.store.Reset(ctx, "r:"+rule+":"+key, r.Limits)
+	return lim.Reset(ctx, "r:"+rule+":"+key)
 }
 
 // Throttle is redis-cell's CL.THROTTLE: a GCRA limit of count per period
@@ -188,11 +218,15 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 	if quantity < 0 {
 		return floodgate.Result{}, fmt.Errorf("%w: quantity must not be negative, got %d", ErrBadRequest, quantity)
 	}
-	l := floodgate.GCRA(maxBurst, count, time.Duration(period)*time.Second)
-	if err := l.Validate(); err != nil {
-		return floodgate.Result{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	// Each call names its own limit, so it is prepared for this call.
+	lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{floodgate.GCRA(maxBurst, count, time.Duration(period)*time.Second)}, nil)
+	if err != nil {
+		if core.IsInvalidInput(err) {
+			return floodgate.Result{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		return floodgate.Result{}, err
 	}
-	res, err := s.take(ctx, "cell:"+key, []floodgate.Limit{l}, quantity)
+	res, err := s.take(ctx, lim, "cell:"+key, quantity)
 	outcome := "allowed"
 	switch {
 	case err != nil:

@@ -107,9 +107,12 @@ func main() {
 	defer fg.Close()
 	redisPeers := []peer{
 		{"floodgate", func(r int, p time.Duration, b int) decider {
-			limits := []floodgate.Limit{floodgate.TokenBucket(int64(r), p, int64(b))}
+			lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(r), p, int64(b))}, nil)
+			if err != nil {
+				panic(err)
+			}
 			return func(ctx context.Context, key string) (bool, error) {
-				res, err := fg.Take(ctx, key, limits, 1)
+				res, err := lim.Allow(ctx, key)
 				return res.Allowed, err
 			}
 		}, true},

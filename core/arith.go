@@ -1,4 +1,4 @@
-package floodgate
+package core
 
 import (
 	"math"
@@ -6,12 +6,13 @@ import (
 )
 
 // The arithmetic rules every algorithm follows, in Go here and mirrored
-// line for line in the Lua scripts of the Redis store:
+// by the Lua code of the Redis store (redisstore/prelude.lua), whose
+// functions have the same names:
 //
 //   - Time is an integer number of microseconds since the Unix epoch.
 //   - A rate of R events per P microseconds is kept as the exact fraction
 //     P/R: a point in time is a whole number of microseconds plus a
-//     numerator below R (see gcra). Nothing is ever rounded while it is
+//     numerator below R (see stepBucket). Nothing is ever rounded while it is
 //     stored, so no drift accumulates, whatever R and P are.
 //   - Rounding happens only when a figure is reported, and always against
 //     the caller: durations (retry-after, reset-after) round up to the next
@@ -19,17 +20,17 @@ import (
 //     reported time is never early; a reported count is never more than
 //     what is really there.
 //   - Every intermediate value stays below 2^53, so that Lua's doubles hold
-//     it exactly. The bounds in limit.go guarantee it; mulDiv is the one
+//     it exactly. The bounds in spec.go guarantee it; MulDiv is the one
 //     place where a product could exceed that, and it never forms it.
 
-// maxExact is 2^52: every parameter, and every divisor given to mulDiv, is
+// maxExact is 2^52: every parameter, and every divisor given to MulDiv, is
 // below it, so that sums of two such values stay exact in a double.
 const maxExact = 1 << 52
 
-// mulDiv returns q = floor(a*b/c) and r = a*b - q*c, exactly, for a, b >= 0
+// MulDiv returns q = floor(a*b/c) and r = a*b - q*c, exactly, for a, b >= 0
 // and c > 0. The callers' bounds keep q below 2^63; should it ever not be,
-// mulDiv saturates instead of panicking.
-func mulDiv(a, b, c int64) (q, r int64) {
+// MulDiv saturates instead of panicking.
+func MulDiv(a, b, c int64) (q, r int64) {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
 	if hi >= uint64(c) {
 		return math.MaxInt64, 0
@@ -41,10 +42,10 @@ func mulDiv(a, b, c int64) (q, r int64) {
 	return int64(qq), int64(rr)
 }
 
-// floorDiv returns floor(a/b) and the non-negative remainder, for b > 0.
+// FloorDiv returns floor(a/b) and the non-negative remainder, for b > 0.
 // Unlike Go's / and %, it rounds towards minus infinity, which is what
 // window alignment needs for times before the epoch.
-func floorDiv(a, b int64) (q, r int64) {
+func FloorDiv(a, b int64) (q, r int64) {
 	q, r = a/b, a%b
 	if r < 0 {
 		q--

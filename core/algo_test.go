@@ -1,0 +1,97 @@
+package core
+
+import (
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestMulDivExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(a, b, c int64) {
+		q, r := MulDiv(a, b, c)
+		wq, wr := new(big.Int).QuoRem(new(big.Int).Mul(big.NewInt(a), big.NewInt(b)), big.NewInt(c), new(big.Int))
+		if !wq.IsInt64() {
+			if q != 1<<63-1 {
+				t.Fatalf("MulDiv(%d,%d,%d) = %d, want saturation", a, b, c, q)
+			}
+			return
+		}
+		if q != wq.Int64() || r != wr.Int64() {
+			t.Fatalf("MulDiv(%d,%d,%d) = %d,%d, want %s,%s", a, b, c, q, r, wq, wr)
+		}
+	}
+	for _, tc := range [][3]int64{{0, 5, 7}, {1 << 40, 1 << 48, 1 << 40}, {1<<52 - 1, 1<<52 - 1, 1<<52 - 3}, {3, 1000000, 3}, {1 << 62, 4, 1}} {
+		check(tc[0], tc[1], tc[2])
+	}
+	for i := 0; i < 100000; i++ {
+		check(rng.Int64N(maxExact), rng.Int64N(maxExact), 1+rng.Int64N(maxExact-1))
+	}
+}
+
+func TestFloorDiv(t *testing.T) {
+	for _, tc := range []struct{ a, b, q, r int64 }{{7, 3, 2, 1}, {-7, 3, -3, 2}, {-6, 3, -2, 0}, {0, 5, 0, 0}} {
+		if q, r := FloorDiv(tc.a, tc.b); q != tc.q || r != tc.r {
+			t.Errorf("FloorDiv(%d,%d) = %d,%d, want %d,%d", tc.a, tc.b, q, r, tc.q, tc.r)
+		}
+	}
+}
+
+// TestTimeBackwardsNeverGrants drives every algorithm with random
+// sequences in which the clock sometimes jumps back, and checks the one
+// promise that matters: going back in time never increases what a key
+// would admit.
+func TestTimeBackwardsNeverGrants(t *testing.T) {
+	limits := []Spec{
+		must(NewBucket("token-bucket", 7, time.Second, 5, "burst")),
+		must(NewBucket("gcra", 3, time.Second, 3, "max_burst+1")),
+		must(NewBucket("leaky-bucket", 9, 2*time.Second, 4, "capacity")),
+		must(NewWindow(Fixed, "fixed-window", 6, time.Second)),
+		must(NewWindow(Log, "sliding-log", 5, time.Second)),
+		must(NewWindow(Sliding, "sliding-window", 8, time.Second)),
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	base := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).UnixMicro()
+	for _, l := range limits {
+		for run := 0; run < 300; run++ {
+			var s State
+			now := base
+			for i := 0; i < 60; i++ {
+				now += rng.Int64N(400000)
+				v, next := l.Step(&s, now, rng.Int64N(3))
+				Commit(&s, next, 0, false)
+				if v.Allowed {
+					_, next = l.Step(&s, now, 0)
+				}
+				n := rng.Int64N(3)
+				v, next = l.Step(&s, now, n)
+				Commit(&s, next, n, v.Allowed && n > 0)
+				before, _ := l.Step(&s, now, 0)
+				back := now - rng.Int64N(3000000)
+				after, _ := l.Step(&s, back, 0)
+				if after.Remaining > before.Remaining {
+					t.Fatalf("%v: at %d remaining %d; %dµs earlier remaining %d", l, now, before.Remaining, now-back, after.Remaining)
+				}
+			}
+		}
+	}
+}
+
+// TestStepIsPure checks that step never modifies the state it is given.
+func TestStepIsPure(t *testing.T) {
+	l := must(NewWindow(Log, "sliding-log", 10, time.Second))
+	s := State{Kind: Log, C: 3, Log: []Mark{{1, 1}, {2, 2}}}
+	before := append([]Mark(nil), s.Log...)
+	l.Step(&s, 5_000_000, 4)
+	if s.C != 3 || len(s.Log) != 2 || s.Log[0] != before[0] || s.Log[1] != before[1] {
+		t.Fatalf("step modified its state: %+v", s)
+	}
+}
+
+func must(s Spec, err error) Spec {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -1,0 +1,71 @@
+// Package core is what every floodgate store decides with: the algorithms
+// as pure functions of (state, limit, now, cost), their exact integer
+// arithmetic and rounding, the validation of limits and requests, and the
+// combining of several limits into one decision. Applications use package
+// floodgate; this package is for writing a Store.
+//
+// # The pieces
+//
+//   - Spec is a limit compiled for deciding: its Kind, parameters in
+//     microseconds, and the bucket's emission interval and tolerance
+//     worked out once. floodgate.NewLimiter compiles its Limits to Specs
+//     and hands them to Store.Prepare.
+//   - State is one limit's state on one key; the zero State means "full".
+//   - Spec.Step decides a request of cost n at a time now (µs) against a
+//     State, without changing it, and returns a Verdict and a Delta;
+//     Commit applies the Delta when the request is charged. Several limits
+//     on one key are stepped first and committed only if all allow.
+//   - Decide combines the limits' Verdicts into the Decision that a
+//     Policy returns.
+//   - CheckSpecs, CheckKey and CheckCost return the errors a Store must
+//     return for bad input; IsInvalidInput tells them from store failures.
+//
+// # Writing a Store
+//
+// A Store (floodgate.Store) prepares limits once and decides requests
+// through the Policy it returns:
+//
+//	type Store struct{ ... }
+//
+//	func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+//		if err := core.CheckSpecs(limits); err != nil {
+//			return nil, err
+//		}
+//		// Work out here, once, whatever every decision would repeat.
+//		return &policy{s: s, specs: slices.Clone(limits)}, nil
+//	}
+//
+//	func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+//		if err := core.CheckKey(key); err != nil {
+//			return core.Decision{}, err
+//		}
+//		if err := core.CheckCost(n); err != nil {
+//			return core.Decision{}, err
+//		}
+//		// Atomically, for this key (a lock, a transaction, a script):
+//		//   load one core.State per limit (a missing key is the zero State;
+//		//   zero a State whose Kind is not its limit's);
+//		//   v[i], d[i] := p.specs[i].Step(&states[i], now, n) for every limit;
+//		//   charged := every v[i].Allowed && n > 0;
+//		//   core.Commit(&states[i], d[i], n, charged) for every limit;
+//		//   store the states; a key may be dropped once every limit is
+//		//   full again, which is now + the largest v[i].Reset.
+//		return core.Decide(v), nil
+//	}
+//
+// The time now is integer microseconds since the Unix epoch, read once per
+// decision from one clock (the store's, or an injected floodgate.Clock).
+// Reset forgets the key's states. Close makes Prepare and every Policy
+// fail with ErrClosed, and is safe to call twice. A denial is a Decision,
+// never an error; store failures wrap ErrStore.
+//
+// Then run the conformance suite, package storetest, on it: the
+// hand-computed scenarios, other limiters' published test vectors, the
+// error table and a concurrency check must all pass unchanged, so that it
+// answers exactly as the memory store and the Redis store do.
+//
+// A store that cannot run Go where the state lives (the Redis store runs
+// Lua inside Redis) must mirror Step and Commit there, function for
+// function; redisstore's prelude.lua and decide.lua show how, and its
+// differential fuzz test is the way to hold such a mirror to the Go.
+package core

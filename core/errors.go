@@ -1,0 +1,133 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The sentinel errors. Package floodgate re-exports them under the same
+// names, so errors.Is(err, floodgate.ErrInvalidKey) and
+// errors.Is(err, core.ErrInvalidKey) are the same test. Functions wrap them
+// with %w and a message that says what was wrong.
+var (
+	// ErrInvalidLimit reports a limit whose parameters are out of range
+	// (zero, negative or too large), or the zero Limit.
+	ErrInvalidLimit = errors.New("floodgate: invalid limit")
+	// ErrInvalidKey reports an empty key or one longer than MaxKeyLen bytes.
+	ErrInvalidKey = errors.New("floodgate: invalid key")
+	// ErrInvalidCost reports a negative cost.
+	ErrInvalidCost = errors.New("floodgate: invalid cost")
+	// ErrNoLimits reports a set of no limits, or of more than MaxLimits.
+	ErrNoLimits = errors.New("floodgate: wrong number of limits")
+	// ErrCostTooHigh is returned by Limiter.Wait for a cost that no limit
+	// can ever admit (it is larger than a limit's Quota). A decision
+	// reports the same situation as a denial with RetryAfter Never.
+	ErrCostTooHigh = errors.New("floodgate: cost exceeds the limit's quota and can never be allowed")
+	// ErrDeadline is returned by Limiter.Wait when the context's deadline
+	// comes before the request could be allowed; Wait returns it at once
+	// rather than waiting in vain.
+	ErrDeadline = errors.New("floodgate: request would not be allowed before the context deadline")
+	// ErrClosed reports a call on a store after Close.
+	ErrClosed = errors.New("floodgate: store closed")
+	// ErrStore reports that a store failed (a network error, a Redis error,
+	// a key holding data that is not floodgate's). Stores wrap it together
+	// with the underlying error.
+	ErrStore = errors.New("floodgate: store failed")
+)
+
+// IsInvalidInput reports whether err says that the request, not the
+// store, was wrong: an invalid key, cost or limit, or a wrong number of
+// limits. Such an error is the caller's to fix; retrying, or answering
+// from a fallback, would not help.
+func IsInvalidInput(err error) bool {
+	return errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidCost) ||
+		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrNoLimits)
+}
+
+// The bounds on a request.
+const (
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 1024
+	// MaxLimits is the most limits that one key can be checked against at
+	// once.
+	MaxLimits = 8
+)
+
+// CheckKey returns nil for a usable key, or an error wrapping
+// ErrInvalidKey: the key is empty or longer than MaxKeyLen bytes. Any
+// bytes are allowed.
+func CheckKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key is %d bytes, more than the maximum %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// CheckCost returns nil for a cost of 0 or more, or an error wrapping
+// ErrInvalidCost.
+func CheckCost(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
+	}
+	return nil
+}
+
+// CheckSpecs returns nil when specs can be prepared: 1 to MaxLimits specs,
+// each valid (see Spec.Validate). Every Store's Prepare calls it first.
+func CheckSpecs(specs []Spec) error {
+	switch {
+	case len(specs) == 0:
+		return fmt.Errorf("%w: no limits given", ErrNoLimits)
+	case len(specs) > MaxLimits:
+		return fmt.Errorf("%w: %d limits given, at most %d are allowed", ErrNoLimits, len(specs), MaxLimits)
+	}
+	for i := range specs {
+		if err := specs[i].Validate(); err != nil {
+			if len(specs) > 1 {
+				return fmt.Errorf("limit %d: %w", i, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Never is the RetryAfter of a request that can never be allowed: its cost
+// is larger than the quota of one of its limits. It is the largest
+// Duration, so code that sleeps for it does not spin.
+const Never = time.Duration(1<<63 - 1)
+
+// NeverMicros is Verdict.Retry for a request that can never be allowed.
+const NeverMicros = -1
+
+// Duration converts a verdict's microseconds to a Duration: NeverMicros
+// (or any negative value, or one too large) to Never.
+func Duration(us int64) time.Duration {
+	if us < 0 || us > int64(Never/time.Microsecond) {
+		return Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// RoundUp returns d in whole units, rounded up, the rule of every figure
+// floodgate reports in coarser units than microseconds (Retry-After and
+// RateLimit headers in seconds, CL.THROTTLE, milliseconds in JSON): a
+// client that waits what it is told is never early. It returns 0 for
+// d <= 0 and -1 for Never.
+func RoundUp(d, unit time.Duration) int64 {
+	switch {
+	case d == Never:
+		return -1
+	case d <= 0:
+		return 0
+	}
+	q := int64(d / unit)
+	if d%unit != 0 {
+		q++
+	}
+	return q
+}

@@ -1,0 +1,143 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file sends a batch of decisions as one call of decide.lua, which
+// decides any number of requests on any limits.
+
+var (
+	//go:embed prelude.lua
+	preludeSource string
+	//go:embed decide.lua
+	decideSource string
+)
+
+// decideScript is immutable; go-redis runs it with EVALSHA and falls back
+// to EVAL (which loads it) when Redis answers NOSCRIPT.
+var decideScript = redis.NewScript(preludeSource + "init()\n" + decideSource)
+
+// scriptSpec is one limit's parameters as decide.lua reads them, in this
+// order, into a table with fields of the same names (see readSpec there).
+// The bucket's T and τ are worked out here, once, as core.Spec holds them.
+type scriptSpec struct {
+	kind       int64 // core.Kind: 1 bucket, 2 fixed, 3 sliding, 4 log
+	quota      int64
+	rate       int64
+	period     int64 // µs
+	tauQ, tauR int64 // τ = quota*period/rate = tauQ + tauR/rate µs
+	tq, tr     int64 // T = period/rate = tq + tr/rate µs
+	// A calendar window's windows, which Lua cannot work out without time
+	// zones: [c0, c1) contains the client's now and [c1, c2) follows it;
+	// 0 for every other limit.
+	c0, c1, c2 int64
+}
+
+// scriptSpecLen is how many arguments a scriptSpec takes.
+const scriptSpecLen = 11
+
+func newScriptSpec(sp *core.Spec) scriptSpec {
+	return scriptSpec{kind: int64(sp.Kind), quota: sp.Quota, rate: sp.Rate, period: sp.Period,
+		tauQ: sp.TauQ, tauR: sp.TauR, tq: sp.TQ, tr: sp.TR}
+}
+
+func (sp *scriptSpec) appendArgs(args []any) []any {
+	return append(args, sp.kind, sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR, sp.tq, sp.tr, sp.c0, sp.c1, sp.c2)
+}
+
+// sendGroup runs calls whose keys share a slot in one script call, or,
+// when they are few lone bucket decisions, through the fast path.
+func (s *Store) sendGroup(ctx context.Context, calls []*call) {
+	if !s.noFastPath && len(calls) <= pipelineMax && allFast(calls) {
+		if len(calls) == 1 {
+			s.sendBucket(ctx, calls[0])
+			return
+		}
+		if s.fnReady.Load() {
+			s.sendPipelined(ctx, calls)
+			return
+		}
+	}
+	// The limits' specs go once each; requests name them by index.
+	var keys []string
+	if len(calls) == 1 {
+		keys = calls[0].keys
+	} else {
+		nk := 0
+		for _, c := range calls {
+			nk += len(c.keys)
+		}
+		keys = make([]string, 0, nk)
+		for _, c := range calls {
+			keys = append(keys, c.keys...)
+		}
+	}
+	index := make(map[scriptSpec]int, 4)
+	var specs []*scriptSpec
+	reqArgs := 0
+	for _, c := range calls {
+		for i := range c.specs {
+			if _, ok := index[c.specs[i]]; !ok {
+				index[c.specs[i]] = len(specs) + 1
+				specs = append(specs, &c.specs[i])
+			}
+		}
+		reqArgs += 3 + len(c.specs)
+	}
+	args := make([]any, 0, 3+scriptSpecLen*len(specs)+reqArgs)
+	args = append(args, s.extraTTL, len(specs))
+	for _, sp := range specs {
+		args = sp.appendArgs(args)
+	}
+	args = append(args, len(calls))
+	for _, c := range calls {
+		args = append(args, len(c.specs), c.n, c.now)
+		for _, sp := range c.specs {
+			args = append(args, index[sp])
+		}
+	}
+	if s.batch != nil {
+		s.batch.scripts.Add(1)
+		s.batch.decisions.Add(uint64(len(calls)))
+	}
+	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	if err != nil {
+		for _, c := range calls {
+			c.err = s.wrap(c.ctx, err)
+		}
+		return
+	}
+	i := 0
+	for _, c := range calls {
+		if i < len(res) {
+			if msg, ok := res[i].(string); ok {
+				c.err = s.wrap(c.ctx, errors.New(msg))
+				i++
+				continue
+			}
+		}
+		nk := len(c.specs)
+		if i+4*nk > len(res) {
+			c.err = fmt.Errorf("%w: script returned %d values for %d requests", floodgate.ErrStore, len(res), len(calls))
+			continue
+		}
+		c.out = make([]int64, 4*nk)
+		for j := range c.out {
+			v, ok := res[i+j].(int64)
+			if !ok {
+				c.err = fmt.Errorf("%w: script returned %T, not an integer", floodgate.ErrStore, res[i+j])
+				break
+			}
+			c.out[j] = v
+		}
+		i += 4 * nk
+	}
+}
