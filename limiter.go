@@ -16,7 +16,7 @@ import (
 type Limiter struct {
 	limits []Limit
 	specs  []core.Spec
-	policy Policy
+	policy core.Policy
 	store  Store // closed by Close when owned
 	owned  bool
 	clock  Clock

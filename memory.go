@@ -148,7 +148,7 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 }
 
 // Prepare implements Store.
-func (s *MemoryStore) Prepare(limits []core.Spec) (Policy, error) {
+func (s *MemoryStore) Prepare(limits []core.Spec) (core.Policy, error) {
 	if err := core.CheckSpecs(limits); err != nil {
 		return nil, err
 	}

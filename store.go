@@ -1,51 +1,12 @@
 package floodgate
 
-import (
-	"context"
+import "github.com/floodgate/floodgate/core"
 
-	"github.com/floodgate/floodgate/core"
-)
-
-// Store keeps rate limit state and decides requests atomically. floodgate
-// ships two: the in-memory store (NewMemoryStore, the default of New), and
-// the Redis store of package redisstore, which shares limits between many
-// processes; package fallback wraps one to survive its failures.
-// Applications pass a Store to NewLimiter and never call it themselves.
-//
-// NewLimiter calls Prepare once, with its limits compiled to core.Specs,
-// and decides every request through the Policy it returns, so that a
-// Store does its set-up work (validation, encoding, sharing) once and a
-// decision only decides. Package core documents how to write a Store;
-// package storetest is the conformance suite it must pass.
-//
-// A Store and its Policies are safe for concurrent use.
-type Store interface {
-	// Prepare validates limits (with core.CheckSpecs) and returns the
-	// Policy that decides requests against all of them as one. It does no
-	// I/O. Its errors wrap ErrInvalidLimit, ErrNoLimits or ErrClosed.
-	Prepare(limits []core.Spec) (Policy, error)
-	// Close releases the store's resources; its Policies then fail with
-	// ErrClosed. It is safe to call more than once; calls after the first
-	// return nil and do nothing.
-	Close() error
-}
-
-// Policy decides requests on keys against the limits a Store prepared it
-// with. Its methods return an error only when the input is invalid
-// (wrapping ErrInvalidKey or ErrInvalidCost), the context ended, or the
-// store failed (wrapping ErrStore or ErrClosed); a denied request is a
-// Decision, not an error. The Limiter turns Decisions into Results.
-type Policy interface {
-	// Take decides whether a request of cost n on key passes every limit,
-	// and charges all of them if it does; if any limit denies, none is
-	// charged. It is atomic: concurrent Takes on a key behave as if run
-	// one after the other. n = 0 peeks: it reports the state and changes
-	// nothing.
-	Take(ctx context.Context, key string, n int64) (core.Decision, error)
-	// Reset forgets the state of key for the limits, so that it is full
-	// again.
-	Reset(ctx context.Context, key string) error
-}
+// Store keeps rate limit state: NewMemoryStore (the default of New), the
+// Redis store of package redisstore, or a fallback.Store around it. Give
+// one to NewLimiter, which prepares its limits on it once. Package core
+// defines the interface and says how to write a Store.
+type Store = core.Store
 
 // The bounds on a request.
 const (

@@ -27,7 +27,7 @@
 //
 //	type Store struct{ ... }
 //
-//	func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+//	func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 //		if err := core.CheckSpecs(limits); err != nil {
 //			return nil, err
 //		}

@@ -149,7 +149,7 @@ type Store struct {
 	threshold int64
 	interval  time.Duration
 	probeKey  string
-	probe     floodgate.Policy // the primary's policy for probes
+	probe     core.Policy // the primary's policy for probes
 	clock     floodgate.Clock
 	log       *slog.Logger
 	onSwitch  func(State)
@@ -245,7 +245,7 @@ func (s *Store) Stats() Stats {
 
 // Prepare implements floodgate.Store: it prepares limits on the primary
 // and, for the Local policy, their local shares on the local store.
-func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 	if err := core.CheckSpecs(limits); err != nil {
 		return nil, err
 	}
@@ -271,16 +271,16 @@ func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
 	return p, nil
 }
 
-// policy is the Store's floodgate.Policy: the primary's policy, and the
+// policy is the Store's core.Policy: the primary's policy, and the
 // local store's policy of the limits' shares.
 type policy struct {
 	s       *Store
-	primary floodgate.Policy
-	local   floodgate.Policy // nil unless the policy is Local
-	quota   int64            // the first limit's, for fail-open and fail-closed answers
+	primary core.Policy
+	local   core.Policy // nil unless the policy is Local
+	quota   int64       // the first limit's, for fail-open and fail-closed answers
 }
 
-// Take implements floodgate.Policy. It returns the primary's decision when
+// Take implements core.Policy. It returns the primary's decision when
 // the primary answers within the budget, and otherwise the policy's, with
 // Source telling which. Its errors are input errors, floodgate.ErrClosed,
 // the caller's own context error when ctx ends first (never counted as a
@@ -330,7 +330,7 @@ func (p *policy) answer(ctx context.Context, key string, n int64) (core.Decision
 	return d, err
 }
 
-// Reset implements floodgate.Policy: it resets key in the local store and
+// Reset implements core.Policy: it resets key in the local store and
 // in the primary, and returns the primary's error, if any.
 func (p *policy) Reset(ctx context.Context, key string) error {
 	if err := core.CheckKey(key); err != nil {

@@ -36,7 +36,7 @@ type flaky struct {
 	calls atomic.Int64
 }
 
-func (f *flaky) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+func (f *flaky) Prepare(limits []core.Spec) (core.Policy, error) {
 	p, err := f.Store.Prepare(limits)
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func (f *flaky) Prepare(limits []core.Spec) (floodgate.Policy, error) {
 // flakyPolicy is a policy of a flaky store: it fails as the store says.
 type flakyPolicy struct {
 	f *flaky
-	floodgate.Policy
+	core.Policy
 }
 
 func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {

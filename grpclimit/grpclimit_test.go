@@ -162,8 +162,8 @@ func metadataValue(ctx context.Context, k string) string {
 
 type failingStore struct{}
 
-func (f failingStore) Prepare([]core.Spec) (floodgate.Policy, error) { return f, nil }
-func (failingStore) Close() error                                    { return nil }
+func (f failingStore) Prepare([]core.Spec) (core.Policy, error) { return f, nil }
+func (failingStore) Close() error                               { return nil }
 func (failingStore) Take(context.Context, string, int64) (core.Decision, error) {
 	return core.Decision{}, floodgate.ErrStore
 }

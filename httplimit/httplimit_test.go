@@ -25,8 +25,8 @@ type stubStore struct {
 	err error
 }
 
-func (s *stubStore) Prepare([]core.Spec) (floodgate.Policy, error) { return s, nil }
-func (s *stubStore) Close() error                                  { return nil }
+func (s *stubStore) Prepare([]core.Spec) (core.Policy, error) { return s, nil }
+func (s *stubStore) Close() error                             { return nil }
 func (s *stubStore) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := core.CheckKey(key); err != nil {
 		return core.Decision{}, err

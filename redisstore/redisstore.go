@@ -184,7 +184,7 @@ func NewFromURL(url string, opts *Options) (*Store, error) {
 // Prepare implements floodgate.Store. It works out once what every
 // decision on these limits sends to Redis: the keys' suffixes, each
 // limit's parameters for the scripts, and whether the fast path decides.
-func (s *Store) Prepare(limits []core.Spec) (floodgate.Policy, error) {
+func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 	if err := core.CheckSpecs(limits); err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func suffixOf(k core.Kind) byte {
 	return 'b'
 }
 
-// policy is the Store's floodgate.Policy: limits prepared for Redis.
+// policy is the Store's core.Policy: limits prepared for Redis.
 type policy struct {
 	s        *Store
 	specs    []core.Spec
@@ -255,7 +255,7 @@ func (p *policy) keys(key string) []string {
 	return keys
 }
 
-// Take implements floodgate.Policy.
+// Take implements core.Policy.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := core.CheckKey(key); err != nil {
 		return core.Decision{}, err
@@ -330,7 +330,7 @@ func (p *policy) calendarParams(now int64) []scriptSpec {
 	return params
 }
 
-// Reset implements floodgate.Policy: it deletes key's Redis keys.
+// Reset implements core.Policy: it deletes key's Redis keys.
 func (p *policy) Reset(ctx context.Context, key string) error {
 	if err := core.CheckKey(key); err != nil {
 		return err
