@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/storetest"
+	"go.uber.org/goleak"
 )
 
 func newTestLimiter(t *testing.T, limits ...floodgate.Limit) (*floodgate.Limiter, *floodgate.MemoryStore, *storetest.Clock) {
@@ -202,3 +203,6 @@ func TestMemoryStoreNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// No test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

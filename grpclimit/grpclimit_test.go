@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/grpclimit"
 	"github.com/floodgate/floodgate/storetest"
+	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -218,3 +219,6 @@ func TestClientInterceptor(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// No test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

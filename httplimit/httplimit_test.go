@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/storetest"
+	"go.uber.org/goleak"
 )
 
 // stubStore returns fixed results or errors: the stand-in for a store in
@@ -277,3 +278,6 @@ func TestThrottledVector(t *testing.T) {
 		}
 	}
 }
+
+// No test leaves a goroutine behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

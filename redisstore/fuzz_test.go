@@ -76,11 +76,11 @@ func FuzzDifferential(f *testing.F) {
 		memClock, redisClock := storetest.NewClock(storetest.Base), storetest.NewClock(storetest.Base)
 		mem := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: memClock, SweepInterval: -1})
 		defer mem.Close()
-		red := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
+		red := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
 		defer red.Close()
 		// gen sends everything through decide.lua, red sends lone bucket
 		// decisions through bucket.lua: both must match Go.
-		gen := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
+		gen := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
 		gen.DisableFastPath()
 		defer gen.Close()
 		ctx := context.Background()

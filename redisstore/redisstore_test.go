@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 var prefixes atomic.Int64
@@ -30,7 +31,7 @@ func factory(client redis.UniversalClient, opts ...func(*redisstore.Options)) st
 		for _, f := range opts {
 			f(o)
 		}
-		return redisstore.New(client, o)
+		return newStore(t, client, o)
 	}
 }
 
@@ -87,7 +88,7 @@ func TestConformanceCluster(t *testing.T) {
 func TestKeysShareSlot(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	client := cluster.Client(t)
-	st := redisstore.New(client, &redisstore.Options{Prefix: "slot:"})
+	st := newStore(t, client, &redisstore.Options{Prefix: "slot:"})
 	limits := []floodgate.Limit{floodgate.PerSecond(5), floodgate.FixedWindow(10, time.Minute),
 		floodgate.SlidingWindow(10, time.Minute), floodgate.SlidingLog(3, time.Minute)}
 	lim := limiter(t, st, limits...)
@@ -100,7 +101,7 @@ func TestKeysShareSlot(t *testing.T) {
 
 func TestServerTime(t *testing.T) {
 	srv := redistest.Start(t)
-	st := redisstore.New(srv.Client(t), nil)
+	st := newStore(t, srv.Client(t), nil)
 	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.GCRA(15, 30, time.Minute)}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestHostileState(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
-	st := redisstore.New(client, &redisstore.Options{Prefix: "h:"})
+	st := newStore(t, client, &redisstore.Options{Prefix: "h:"})
 	tests := []struct {
 		name  string
 		limit floodgate.Limit
@@ -184,7 +185,7 @@ func TestBucketState(t *testing.T) {
 	for _, path := range []string{"fast path", "decide"} {
 		for i, tt := range tests {
 			t.Run(path+"/"+tt.name, func(t *testing.T) {
-				st := redisstore.New(client, &redisstore.Options{Prefix: "bs:", Clock: storetest.NewClock(storetest.Base)})
+				st := newStore(t, client, &redisstore.Options{Prefix: "bs:", Clock: storetest.NewClock(storetest.Base)})
 				defer st.Close()
 				if path == "decide" {
 					st.DisableFastPath()
@@ -211,7 +212,7 @@ func TestBucketState(t *testing.T) {
 func TestErrorsAreWrapped(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	st := redisstore.New(client, nil)
+	st := newStore(t, client, nil)
 	limits := []floodgate.Limit{floodgate.PerSecond(1)}
 	lim := limiter(t, st, limits...)
 	// A cancelled context is the caller's, not a store failure.
@@ -242,7 +243,7 @@ func TestErrorsAreWrapped(t *testing.T) {
 func TestScriptReloaded(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	st := redisstore.New(client, nil)
+	st := newStore(t, client, nil)
 	limits := []floodgate.Limit{floodgate.PerMinute(10)}
 	lim := limiter(t, st, limits...)
 	ctx := context.Background()
@@ -295,7 +296,7 @@ func TestFunctions(t *testing.T) {
 				client = redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
 				defer client.Close()
 			}
-			st := redisstore.New(client, &redisstore.Options{Prefix: tt.name + ":", DisableFunctions: tt.disable})
+			st := newStore(t, client, &redisstore.Options{Prefix: tt.name + ":", DisableFunctions: tt.disable})
 			defer st.Close()
 			limits := []floodgate.Limit{floodgate.PerMinute(3)}
 			lim := limiter(t, st, limits...)
@@ -338,7 +339,7 @@ func TestFunctionFlushUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
-	st := redisstore.New(client, &redisstore.Options{Prefix: "ffl:", MaxInflight: 1})
+	st := newStore(t, client, &redisstore.Options{Prefix: "ffl:", MaxInflight: 1})
 	defer st.Close()
 	limits := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 20)}
 	lim := limiter(t, st, limits...)
@@ -409,7 +410,7 @@ func TestAccuracyUnderConcurrency(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 	defer client.Close()
 	const rate, burst = 2000, 100
-	st := redisstore.New(client, nil)
+	st := newStore(t, client, nil)
 	limits := []floodgate.Limit{floodgate.TokenBucket(rate, time.Second, burst)}
 	lim := limiter(t, st, limits...)
 	ctx := context.Background()
@@ -477,7 +478,7 @@ func TestBatching(t *testing.T) {
 	for name, newClient := range clients {
 		t.Run(name, func(t *testing.T) {
 			clock := storetest.NewClock(storetest.Base)
-			st := redisstore.New(newClient(t), &redisstore.Options{Clock: clock})
+			st := newStore(t, newClient(t), &redisstore.Options{Clock: clock})
 			defer st.Close()
 			const keys, workers, tries = 30, 48, 40
 			lims := make([]*floodgate.Limiter, len(limits))
@@ -528,7 +529,7 @@ func TestBatching(t *testing.T) {
 func TestBatchIsolatesErrors(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	st := redisstore.New(client, &redisstore.Options{Prefix: "iso:"})
+	st := newStore(t, client, &redisstore.Options{Prefix: "iso:"})
 	defer st.Close()
 	limits := []floodgate.Limit{floodgate.PerSecond(1000)}
 	lim := limiter(t, st, limits...)
@@ -604,8 +605,8 @@ func TestDenialCache(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.limits[0].Algorithm().String(), func(t *testing.T) {
 			clock := storetest.NewClock(storetest.Base)
-			plain := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dp:", i), Clock: clock})
-			cached := redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dc:", i), Clock: clock, DenialCache: true})
+			plain := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dp:", i), Clock: clock})
+			cached := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("dc%dc:", i), Clock: clock, DenialCache: true})
 			defer plain.Close()
 			defer cached.Close()
 			plainLim, cachedLim := limiter(t, plain, tt.limits...), limiter(t, cached, tt.limits...)
@@ -653,3 +654,12 @@ func limiter(t testing.TB, st floodgate.Store, limits ...floodgate.Limit) *flood
 	}
 	return lim
 }
+
+// newStore returns a Store on client that is closed when t ends.
+func newStore(t testing.TB, client redis.UniversalClient, opts *redisstore.Options) *redisstore.Store {
+	st := redisstore.New(client, opts)
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

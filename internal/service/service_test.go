@@ -1,0 +1,152 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/storetest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const rules = `rules:
+  - name: api
+    algorithm: token-bucket
+    rate: 1
+    period: 1h
+    burst: 2
+  - name: tiered
+    limits:
+      - {algorithm: fixed-window, limit: 5, window: 1h, name: hourly}
+      - {algorithm: token-bucket, rate: 1, period: 1h, burst: 1}
+  - name: quiet
+    algorithm: fixed-window
+    limit: 1
+    window: 1h
+    shadow: true
+`
+
+func newService(t *testing.T) *service.Service {
+	t.Helper()
+	cfg, err := config.Parse("rules.yaml", []byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(storetest.Base), SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	svc, err := service.New(st, nil, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func TestCheck(t *testing.T) {
+	svc := newService(t)
+	ctx := context.Background()
+	type want struct {
+		allowed, decided bool
+		remaining        int64
+		policy           string
+		err              error
+	}
+	tests := []struct {
+		rule, key string
+		cost      int64
+		want      want
+	}{
+		{"api", "u", 1, want{true, true, 1, "api", nil}},
+		{"api", "u", 1, want{true, true, 0, "api", nil}},
+		{"api", "u", 1, want{false, false, 0, "api", nil}},
+		{"api", "other", 0, want{true, true, 2, "api", nil}}, // a peek
+		// The limit closest to denying names the result.
+		{"tiered", "u", 1, want{true, true, 0, "", nil}},
+		{"tiered", "u", 1, want{false, false, 0, "", nil}},
+		// A shadow rule allows what it would deny.
+		{"quiet", "u", 1, want{true, true, 0, "quiet", nil}},
+		{"quiet", "u", 1, want{true, false, 0, "quiet", nil}},
+		{"nope", "u", 1, want{err: service.ErrUnknownRule}},
+		{"api", "", 1, want{err: service.ErrBadRequest}},
+		{"api", string(make([]byte, service.MaxKeyLen+1)), 1, want{err: service.ErrBadRequest}},
+		{"api", "u", -1, want{err: service.ErrBadRequest}},
+	}
+	for i, tt := range tests {
+		d, err := svc.Check(ctx, tt.rule, tt.key, tt.cost)
+		if tt.want.err != nil {
+			if !errors.Is(err, tt.want.err) {
+				t.Errorf("%d: Check(%q, %q, %d) error %v, want %v", i, tt.rule, tt.key, tt.cost, err, tt.want.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%d: Check(%q, %q, %d): %v", i, tt.rule, tt.key, tt.cost, err)
+		}
+		got := want{d.Allowed, d.Result.Allowed, d.Result.Remaining, d.Policy, nil}
+		if got != tt.want {
+			t.Errorf("%d: Check(%q, %q, %d) = %+v, want %+v", i, tt.rule, tt.key, tt.cost, got, tt.want)
+		}
+	}
+	if err := svc.Reset(ctx, "api", "u"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := svc.Check(ctx, "api", "u", 1); err != nil || !d.Allowed || d.Result.Remaining != 1 {
+		t.Errorf("after Reset: %+v, %v", d, err)
+	}
+	if err := svc.Reset(ctx, "nope", "u"); !errors.Is(err, service.ErrUnknownRule) {
+		t.Errorf("Reset of an unknown rule: %v", err)
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	svc := newService(t)
+	ctx := context.Background()
+	// redis-cell's README: CL.THROTTLE user123 15 30 60 on a fresh key.
+	res, err := svc.Throttle(ctx, "user123", 15, 30, 60, 1)
+	if err != nil || !res.Allowed || res.Quota != 16 || res.Remaining != 15 || res.ResetAfter != 2*time.Second {
+		t.Fatalf("Throttle = %+v, %v", res, err)
+	}
+	for _, bad := range [][4]int64{{-1, 30, 60, 1}, {15, 0, 60, 1}, {15, 30, 0, 1}, {15, 30, 60, -1}} {
+		if _, err := svc.Throttle(ctx, "k", bad[0], bad[1], bad[2], bad[3]); !errors.Is(err, service.ErrBadRequest) {
+			t.Errorf("Throttle(%v): %v, want ErrBadRequest", bad, err)
+		}
+	}
+}
+
+func TestReload(t *testing.T) {
+	svc := newService(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  - {name: other, algorithm: sliding-log, limit: 3, window: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Reload(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Check(context.Background(), "api", "u", 1); !errors.Is(err, service.ErrUnknownRule) {
+		t.Errorf("a rule of the old file still answers: %v", err)
+	}
+	if d, err := svc.Check(context.Background(), "other", "u", 1); err != nil || d.Result.Quota != 3 {
+		t.Errorf("the new rule: %+v, %v", d, err)
+	}
+	// An invalid file keeps the rules in use.
+	if err := os.WriteFile(path, []byte("rules: [{name: x, algorithm: nope}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Reload(path); err == nil {
+		t.Fatal("an invalid file was accepted")
+	}
+	if _, err := svc.Check(context.Background(), "other", "u", 1); err != nil {
+		t.Errorf("the rules in use were dropped: %v", err)
+	}
+	if ok, failed := svc.ReloadCount(); ok != 1 || failed != 1 {
+		t.Errorf("ReloadCount = %d, %d; want 1, 1", ok, failed)
+	}
+}
