@@ -169,10 +169,7 @@ func (p *memPolicy) Take(ctx context.Context, key string, n int64) (core.Decisio
 	// The checks are spelled out inline for the hot path; the core's
 	// checks run only to say what is wrong.
 	if key == "" || len(key) > MaxKeyLen || n < 0 {
-		if err := core.CheckKey(key); err != nil {
-			return core.Decision{}, err
-		}
-		return core.Decision{}, core.CheckCost(n)
+		return core.Decision{}, core.CheckRequest(key, n)
 	}
 	s := p.s
 	if s.closed.Load() {

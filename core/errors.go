@@ -76,6 +76,15 @@ func CheckCost(n int64) error {
 	return nil
 }
 
+// CheckRequest returns nil for a request that a Policy's Take can
+// decide: CheckKey's error for its key, else CheckCost's for its cost.
+func CheckRequest(key string, n int64) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	return CheckCost(n)
+}
+
 // CheckSpecs returns nil when specs can be prepared: 1 to MaxLimits specs,
 // each valid (see Spec.Validate). Every Store's Prepare calls it first.
 func CheckSpecs(specs []Spec) error {

@@ -286,10 +286,7 @@ type policy struct {
 // the caller's own context error when ctx ends first (never counted as a
 // failure of the primary), and the local store's errors.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckKey(key); err != nil {
-		return core.Decision{}, err
-	}
-	if err := core.CheckCost(n); err != nil {
+	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	s := p.s

@@ -360,12 +360,4 @@ func TestCloseTwice(t *testing.T) {
 	}
 }
 
-// limiter returns a Limiter for limits over st.
-func limiter(t testing.TB, st floodgate.Store, limits ...floodgate.Limit) *floodgate.Limiter {
-	t.Helper()
-	lim, err := floodgate.NewLimiter(st, limits, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
-}
+var limiter = storetest.Limiter

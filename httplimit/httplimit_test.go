@@ -29,10 +29,7 @@ type stubStore struct {
 func (s *stubStore) Prepare([]core.Spec) (core.Policy, error) { return s, nil }
 func (s *stubStore) Close() error                             { return nil }
 func (s *stubStore) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckKey(key); err != nil {
-		return core.Decision{}, err
-	}
-	if err := core.CheckCost(n); err != nil {
+	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	return s.res, s.err

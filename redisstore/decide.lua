@@ -258,6 +258,13 @@ local function commit(nk, n, out, base, extra)
   end
 end
 
+-- fail drops what a failed request appended to out after base, and
+-- returns err.
+local function fail(out, base, err)
+  for j = #out, base + 1, -1 do out[j] = nil end
+  return err
+end
+
 -- decide decides one request of cost n at now against the nk limits whose
 -- keys follow KEYS[k0] and whose specs are specs[ARGV[a0 + i]], appends
 -- its results to out, and charges it if every limit allows it. It returns
@@ -269,15 +276,11 @@ local function decide(specs, k0, nk, n, now, a0, out, extra)
     local sp = specs[tonumber(ARGV[a0 + i])]
     local step = steps[sp.kind]
     if not step then
-      for j = #out, base + 1, -1 do out[j] = nil end
-      return redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(sp.kind))
+      return fail(out, base, redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(sp.kind)))
     end
     wkind[i] = false
     local allowed, remaining, retry, reset = step(sp, KEYS[k0 + i], now, n, i)
-    if allowed == nil then
-      for j = #out, base + 1, -1 do out[j] = nil end
-      return remaining
-    end
+    if allowed == nil then return fail(out, base, remaining) end
     if n == 0 then allowed, retry = true, 0 end
     if not allowed then allowedAll = false end
     out[base + 4 * i - 3] = allowed and 1 or 0

@@ -257,10 +257,7 @@ func (p *policy) keys(key string) []string {
 
 // Take implements core.Policy.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckKey(key); err != nil {
-		return core.Decision{}, err
-	}
-	if err := core.CheckCost(n); err != nil {
+	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	s := p.s

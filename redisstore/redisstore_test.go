@@ -645,16 +645,6 @@ func TestDenialCache(t *testing.T) {
 	}
 }
 
-// limiter returns a Limiter for limits over st.
-func limiter(t testing.TB, st floodgate.Store, limits ...floodgate.Limit) *floodgate.Limiter {
-	t.Helper()
-	lim, err := floodgate.NewLimiter(st, limits, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return lim
-}
-
 // newStore returns a Store on client that is closed when t ends.
 func newStore(t testing.TB, client redis.UniversalClient, opts *redisstore.Options) *redisstore.Store {
 	st := redisstore.New(client, opts)
@@ -663,3 +653,5 @@ func newStore(t testing.TB, client redis.UniversalClient, opts *redisstore.Optio
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var limiter = storetest.Limiter

@@ -66,3 +66,14 @@ func NewLimiter(t testing.TB, limits ...floodgate.Limit) (*floodgate.Limiter, *C
 	}
 	return lim, clock
 }
+
+// Limiter returns a Limiter for limits over store, with the defaults, and
+// fails t if NewLimiter does.
+func Limiter(t testing.TB, store floodgate.Store, limits ...floodgate.Limit) *floodgate.Limiter {
+	t.Helper()
+	lim, err := floodgate.NewLimiter(store, limits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
