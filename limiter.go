@@ -17,7 +17,8 @@ type Limiter struct {
 	limits []Limit
 	specs  []core.Spec
 	policy core.Policy
-	store  Store // closed by Close when owned
+	mem    *memPolicy // policy, when it is the memory store's: called directly
+	store  Store      // closed by Close when owned
 	owned  bool
 	clock  Clock
 }
@@ -66,6 +67,7 @@ func NewLimiter(store Store, limits []Limit, opts *Options) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{limits: slices.Clone(limits), specs: specs, policy: p, store: store}
+	l.mem, _ = p.(*memPolicy)
 	if opts != nil {
 		l.clock = opts.Clock
 	}
@@ -109,11 +111,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // key's state and nothing changes. A cost larger than a limit's Quota is
 // denied with RetryAfter Never.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	d, err := l.policy.Take(ctx, key, n)
+	var d core.Decision
+	var err error
+	if l.mem != nil {
+		d.Verdict, d.Index, err = l.mem.decide(ctx, key, n)
+	} else {
+		d, err = l.policy.Take(ctx, key, n)
+	}
 	if err != nil {
 		return Result{}, err
 	}
-	return result(l.specs, d), nil
+	return result(l.specs, &d), nil
 }
 
 // Peek is AllowN(ctx, key, 0): the key's state, without changing it.

@@ -76,9 +76,10 @@ const (
 func (s Source) String() string { return core.Source(s).String() }
 
 // result turns a decision against specs into a Result.
-func result(specs []core.Spec, d core.Decision) Result {
-	r := Result{Allowed: d.Allowed, Quota: specs[d.Index].Quota, Remaining: d.Remaining,
-		ResetAfter: core.Duration(d.Reset), Index: d.Index, Name: specs[d.Index].Name, Source: Source(d.Source)}
+func result(specs []core.Spec, d *core.Decision) (r Result) {
+	sp := &specs[d.Index]
+	r.Allowed, r.Quota, r.Remaining, r.Index, r.Name, r.Source = d.Allowed, sp.Quota, d.Remaining, d.Index, sp.Name, Source(d.Source)
+	r.ResetAfter = time.Duration(max(d.Reset, 0)) * time.Microsecond // below 2^53 µs: no overflow
 	if !d.Allowed {
 		r.RetryAfter = core.Duration(d.Retry)
 	}
