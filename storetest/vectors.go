@@ -15,6 +15,7 @@ import (
 	"time"
 
 	fg "github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 )
 
 // The peer vectors are test vectors taken from other rate limiters' tests
@@ -201,16 +202,6 @@ func num(m map[string]any, k string) float64 {
 
 func has(m map[string]any, k string) bool { _, ok := m[k]; return ok }
 
-// ceilSeconds is the one rounding rule for whole seconds: truncate, then
-// add one if anything is left.
-func ceilSeconds(d time.Duration) int64 {
-	s := int64(d / time.Second)
-	if d%time.Second > 0 {
-		s++
-	}
-	return s
-}
-
 // CL.THROTTLE key max_burst count period [quantity]
 func redisCellVector(v vector) func(*testing.T, *vectorEnv) {
 	return func(t *testing.T, e *vectorEnv) {
@@ -220,9 +211,9 @@ func redisCellVector(v vector) func(*testing.T, *vectorEnv) {
 			r := e.take(t, "user123", []fg.Limit{lim}, s.N)
 			retry := int64(-1)
 			if !r.Allowed && r.RetryAfter != fg.Never {
-				retry = ceilSeconds(r.RetryAfter)
+				retry = core.RoundUp(r.RetryAfter, time.Second)
 			}
-			got := []int64{b2i(!r.Allowed), r.Quota, r.Remaining, retry, ceilSeconds(r.ResetAfter)}
+			got := []int64{b2i(!r.Allowed), r.Quota, r.Remaining, retry, core.RoundUp(r.ResetAfter, time.Second)}
 			want := []int64{int64(num(s.Expect, "limited")), int64(num(s.Expect, "limit")), int64(num(s.Expect, "remaining")),
 				int64(num(s.Expect, "retry_after_s")), int64(num(s.Expect, "reset_after_s"))}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -341,11 +332,11 @@ func throttledVector(v vector) func(*testing.T, *vectorEnv) {
 				"status":                "200",
 				"X-Ratelimit-Limit":     strconv.FormatInt(r.Quota, 10),
 				"X-Ratelimit-Remaining": strconv.FormatInt(r.Remaining, 10),
-				"X-Ratelimit-Reset":     strconv.FormatInt(ceilSeconds(r.ResetAfter), 10),
+				"X-Ratelimit-Reset":     strconv.FormatInt(core.RoundUp(r.ResetAfter, time.Second), 10),
 			}
 			if !r.Allowed {
 				got["status"] = "429"
-				got["Retry-After"] = strconv.FormatInt(ceilSeconds(r.RetryAfter), 10)
+				got["Retry-After"] = strconv.FormatInt(core.RoundUp(r.RetryAfter, time.Second), 10)
 			}
 			for k, want := range s.Expect {
 				if fmt.Sprint(want) != got[k] {

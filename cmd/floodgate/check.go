@@ -120,7 +120,7 @@ func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, req httpapi
 		return nil, false, err
 	}
 	defer closeStore()
-	svc, err := service.New(store, fb, cfg, log)
+	svc, err := service.New(store, cfg, &service.Options{Fallback: fb, Logger: log})
 	if err != nil {
 		return nil, false, err
 	}

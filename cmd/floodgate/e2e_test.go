@@ -531,6 +531,23 @@ func TestCLI(t *testing.T) {
 	if err := exec.Command(binary, "frobnicate").Run(); err == nil {
 		t.Error("an unknown command succeeded")
 	}
+	// A malformed FLOODGATE_* variable fails at start, naming itself.
+	for _, tt := range []struct{ env, cmd string }{
+		{"FLOODGATE_INSTANCES=four", "serve"},
+		{"FLOODGATE_BUDGET=soon", "check"},
+		{"FLOODGATE_WATCH=1", "serve"},
+	} {
+		cmd := exec.Command(binary, tt.cmd, "example", "k")
+		if tt.cmd == "serve" {
+			cmd = exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--resp", "")
+		}
+		cmd.Env = append(os.Environ(), tt.env)
+		out, err := cmd.CombinedOutput()
+		name, _, _ := strings.Cut(tt.env, "=")
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), name) {
+			t.Errorf("%s floodgate %s: %v\n%s", tt.env, tt.cmd, err, out)
+		}
+	}
 	out, err := exec.Command(binary, "check", "example", "user1", "20").Output()
 	if err != nil || !strings.Contains(string(out), `"allowed":true`) {
 		t.Errorf("check allowed: %v %s", err, out)

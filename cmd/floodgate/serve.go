@@ -73,7 +73,7 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 			return nil, fmt.Errorf("--http: %w", err)
 		}
 		s.httpSrv = &http.Server{
-			Handler:           httpapi.Handler(svc, httpapi.Options{Token: f.token, Logger: log}),
+			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, Logger: log}),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
 		}
@@ -85,7 +85,7 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 			}
 			return nil, fmt.Errorf("--resp: %w", err)
 		}
-		s.respSrv = resp.New(svc, f.token, getVersion(), log)
+		s.respSrv = resp.New(svc, &resp.Options{Token: f.token, Version: getVersion(), Logger: log})
 	}
 	if s.httpLn == nil && s.respLn == nil {
 		return nil, errors.New("both --http and --resp are disabled: nothing to serve")
@@ -150,7 +150,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	defer closeStore()
-	svc, err := service.New(store, fb, cfg, log)
+	svc, err := service.New(store, cfg, &service.Options{Fallback: fb, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

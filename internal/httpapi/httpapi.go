@@ -31,11 +31,12 @@ const (
 	MaxBatch = 1000    // checks in one batch
 )
 
-// Options configures the API.
+// Options configures the API. The zero value (or nil) gives the defaults.
 type Options struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1/ endpoint. /metrics, /healthz and /readyz stay open.
-	Token  string
+	Token string
+	// Logger receives store failures. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -45,7 +46,11 @@ type api struct {
 }
 
 // Handler returns the API's handler.
-func Handler(svc *service.Service, o Options) http.Handler {
+func Handler(svc *service.Service, opts *Options) http.Handler {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -61,10 +61,28 @@ type Server struct {
 	maxConns int
 }
 
-// New returns a Server over svc. When token is not empty, clients must
-// AUTH with it (any user name) before other commands.
-func New(svc *service.Service, token, version string, log *slog.Logger) *Server {
-	return &Server{svc: svc, token: token, version: version, log: log, conns: map[net.Conn]struct{}{}, maxConns: 10000}
+// Options configures a Server. The zero value (or nil) gives the
+// defaults.
+type Options struct {
+	// Token, when set, must be given with AUTH (any user name) before
+	// other commands.
+	Token string
+	// Version is what HELLO reports as the server's version.
+	Version string
+	// Logger receives connection and store errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// New returns a Server over svc.
+func New(svc *service.Service, opts *Options) *Server {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Server{svc: svc, token: o.Token, version: o.Version, log: o.Logger, conns: map[net.Conn]struct{}{}, maxConns: 10000}
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after

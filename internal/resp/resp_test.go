@@ -19,12 +19,12 @@ import (
 func run(t testing.TB, token, input string) string {
 	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	defer store.Close()
-	svc, err := service.New(store, nil, config.Example(), slog.New(slog.DiscardHandler))
+	svc, err := service.New(store, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	c := &conn{s: New(svc, token, "test", slog.New(slog.DiscardHandler)), r: bufio.NewReader(strings.NewReader(input)), w: bufio.NewWriter(&out), proto: 2, authed: token == ""}
+	c := &conn{s: New(svc, &Options{Token: token, Version: "test", Logger: slog.New(slog.DiscardHandler)}), r: bufio.NewReader(strings.NewReader(input)), w: bufio.NewWriter(&out), proto: 2, authed: token == ""}
 	for range 10000 { // bounded: every iteration consumes input or ends
 		args, err := c.readCommand()
 		if err != nil {

@@ -78,11 +78,28 @@ func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
 	return rs, nil
 }
 
-// New returns a Service over store with the rules cfg. fb, when not nil,
-// is the fallback store that store is or wraps, whose state is reported.
-// It fails when the store cannot prepare the rules' limits.
-func New(store floodgate.Store, fb *fallback.Store, cfg *config.Config, log *slog.Logger) (*Service, error) {
-	s := &Service{store: store, fallback: fb, log: log, Metrics: &metrics.Registry{}}
+// Options configures a Service. The zero value (or nil) gives the
+// defaults.
+type Options struct {
+	// Fallback is the fallback store that the store is or wraps, whose
+	// state readiness and metrics report. Default: none.
+	Fallback *fallback.Store
+	// Logger receives reloads and their failures. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// New returns a Service over store with the rules cfg. It fails when the
+// store cannot prepare the rules' limits.
+func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	fb := o.Fallback
+	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err

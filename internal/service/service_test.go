@@ -43,7 +43,7 @@ func newService(t *testing.T) *service.Service {
 	}
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(storetest.Base), SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	svc, err := service.New(st, nil, cfg, slog.New(slog.DiscardHandler))
+	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
