@@ -6,6 +6,10 @@
 // decision, one request on one bucket limit, runs as a Redis function
 // (FCALL) instead, which costs Redis less; see Options.DisableFunctions.
 //
+// Prepare (which floodgate.NewLimiter calls once per Limiter) works out
+// what every decision on its limits sends: the keys' suffixes, each limit's
+// parameters for the scripts, and the fast path's packed argument.
+//
 // It works with standalone Redis, Sentinel and Redis Cluster: give New any
 // redis.UniversalClient. Requires Redis 5 or later (scripts that read TIME
 // before writing need effects replication); tested on Redis 7.0.

@@ -3,7 +3,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
-//			return mystore.New(mystore.WithClock(clock))
+//			return mystore.New(&mystore.Options{Clock: clock})
 //		})
 //	}
 //
