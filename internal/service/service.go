@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -173,6 +174,15 @@ func checkKey(key string) error {
 	return nil
 }
 
+// ruleKey is the store key of a client's key under a rule:
+// "r<length of rule>:<rule>:<key>". The rule's length makes it
+// unambiguous: rule "a" with key "b:c" and rule "a:b" with key "c" are
+// "r1:a:b:c" and "r3:a:b:c". CL.THROTTLE's keys start with "cell:", which
+// no rule key does.
+func ruleKey(rule, key string) string {
+	return "r" + strconv.Itoa(len(rule)) + ":" + rule + ":" + key
+}
+
 // Check decides a request of cost on key under the rule called rule.
 func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Decision, error) {
 	rs := s.rules.Load()
@@ -186,7 +196,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: cost must not be negative, got %d", ErrBadRequest, cost)
 	}
-	res, err := s.take(ctx, rs.limiters[rule], "r:"+rule+":"+key, cost)
+	res, err := s.take(ctx, rs.limiters[rule], ruleKey(rule, key), cost)
 	if err != nil {
 		s.decisions.Add(1, rule, "error")
 		return Decision{}, err
@@ -219,7 +229,7 @@ func (s *Service) Reset(ctx context.Context, rule, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	return lim.Reset(ctx, "r:"+rule+":"+key)
+	return lim.Reset(ctx, ruleKey(rule, key))
 }
 
 // Throttle is redis-cell's CL.THROTTLE: a GCRA limit of count per period

@@ -11,7 +11,9 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
 	"go.uber.org/goleak"
 )
@@ -37,12 +39,17 @@ const rules = `rules:
 
 func newService(t *testing.T) *service.Service {
 	t.Helper()
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(storetest.Base), SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	return newServiceOn(t, st, rules)
+}
+
+func newServiceOn(t *testing.T, st floodgate.Store, rules string) *service.Service {
+	t.Helper()
 	cfg, err := config.Parse("rules.yaml", []byte(rules))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(storetest.Base), SweepInterval: -1})
-	t.Cleanup(func() { st.Close() })
 	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -148,5 +155,41 @@ func TestReload(t *testing.T) {
 	}
 	if ok, failed := svc.ReloadCount(); ok != 1 || failed != 1 {
 		t.Errorf("ReloadCount = %d, %d; want 1, 1", ok, failed)
+	}
+}
+
+// Rules "a" and "a:b" are both valid: rule a's key "b:victim" must not
+// drain rule a:b's key "victim", on any store.
+func TestRuleKeysDoNotCollide(t *testing.T) {
+	const collide = `rules:
+  - {name: a, algorithm: fixed-window, limit: 1, window: 1h}
+  - {name: "a:b", algorithm: fixed-window, limit: 1, window: 1h}
+`
+	stores := map[string]func(t *testing.T) floodgate.Store{
+		"memory": func(t *testing.T) floodgate.Store {
+			st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+		"redis": func(t *testing.T) floodgate.Store {
+			st := redisstore.New(redistest.Start(t).Client(t), nil)
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			svc := newServiceOn(t, newStore(t), collide)
+			ctx := context.Background()
+			for range 3 {
+				if _, err := svc.Check(ctx, "a", "b:victim", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := svc.Check(ctx, "a:b", "victim", 1)
+			if err != nil || !d.Allowed {
+				t.Fatalf("rule a:b's key victim after rule a's key b:victim was drained: %+v, %v", d, err)
+			}
+		})
 	}
 }
