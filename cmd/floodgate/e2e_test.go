@@ -135,6 +135,7 @@ func (in *instance) redis(t *testing.T, o *redis.Options) *redis.Client {
 func (in *instance) post(t *testing.T, path, body string, hdr ...string) (int, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", in.httpURL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}

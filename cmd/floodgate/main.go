@@ -103,6 +103,21 @@ func (e *env) int(name string, def int64) int64 {
 	return i
 }
 
+// bool returns $name as a boolean (1, t, true, 0, f, false, ...), or def
+// when it is unset.
+func (e *env) bool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not true or false", name, v))
+		return def
+	}
+	return b
+}
+
 // duration returns $name as a duration ("50ms", "1s"), or def when it is
 // unset.
 func (e *env) duration(name string, def time.Duration) time.Duration {

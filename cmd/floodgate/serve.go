@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/resp"
 	"github.com/floodgate/floodgate/internal/service"
+	"golang.org/x/net/netutil"
 )
 
 // serveFlags are the flags of floodgate serve.
@@ -28,6 +29,10 @@ type serveFlags struct {
 	resp   string
 	token  string
 	watch  time.Duration
+	// protectMetrics requires the token on /metrics too.
+	protectMetrics bool
+	// httpMaxConns caps the HTTP listener's open connections.
+	httpMaxConns int64
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
@@ -44,6 +49,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.resp, "resp", e.str("FLOODGATE_RESP", "127.0.0.1:6380"), "Redis protocol address; empty to disable ($FLOODGATE_RESP)")
 	fs.StringVar(&f.token, "token", e.str("FLOODGATE_TOKEN", ""), "require this bearer token on the HTTP API and AUTH on the Redis protocol ($FLOODGATE_TOKEN)")
 	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
+	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
+	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return nil, code, false
 	}
@@ -69,11 +76,15 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 	s := &server{errs: make(chan error, 2)}
 	var err error
 	if f.http != "" {
+		if f.httpMaxConns < 1 {
+			return nil, fmt.Errorf("--http-max-conns must be at least 1, got %d", f.httpMaxConns)
+		}
 		if s.httpLn, err = net.Listen("tcp", f.http); err != nil {
 			return nil, fmt.Errorf("--http: %w", err)
 		}
+		s.httpLn = netutil.LimitListener(s.httpLn, int(f.httpMaxConns))
 		s.httpSrv = &http.Server{
-			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, Logger: log}),
+			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Logger: log}),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
 		}

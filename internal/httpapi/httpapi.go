@@ -8,6 +8,9 @@
 //
 // A denial is a 200 with "allowed": false; 4xx answers mean the request
 // was wrong, 503 that the store failed. Errors are application/problem+json.
+// POST bodies must be application/json (415 otherwise, so that a web page
+// cannot post to the API as a form); a wrong method gets 405 with Allow; a
+// body that does not arrive in time gets 408.
 package httpapi
 
 import (
@@ -16,8 +19,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -34,8 +40,11 @@ const (
 // Options configures the API. The zero value (or nil) gives the defaults.
 type Options struct {
 	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every /v1/ endpoint. /metrics, /healthz and /readyz stay open.
+	// every /v1/ endpoint (the scheme in any case). /healthz and /readyz
+	// stay open; /metrics too unless ProtectMetrics is set.
 	Token string
+	// ProtectMetrics requires the Token on /metrics as well.
+	ProtectMetrics bool
 	// Logger receives store failures. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -56,18 +65,30 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	}
 	a := &api{svc: svc, o: o}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/check", a.auth(a.check))
-	mux.HandleFunc("POST /v1/check/batch", a.auth(a.batch))
-	mux.HandleFunc("POST /v1/reset", a.auth(a.reset))
-	mux.HandleFunc("GET /v1/rules", a.auth(a.rules))
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+	allow := map[string]string{} // path: the method it takes, for 405
+	handle := func(method, path string, h http.HandlerFunc) {
+		allow[path] = method
+		if method == "GET" {
+			allow[path] = "GET, HEAD"
+		}
+		mux.HandleFunc(method+" "+path, h)
+	}
+	handle("POST", "/v1/check", a.auth(a.check))
+	handle("POST", "/v1/check/batch", a.auth(a.batch))
+	handle("POST", "/v1/reset", a.auth(a.reset))
+	handle("GET", "/v1/rules", a.auth(a.rules))
+	metrics := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		svc.Metrics.Write(w)
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	}
+	if o.ProtectMetrics {
+		metrics = a.auth(metrics)
+	}
+	handle("GET", "/metrics", metrics)
+	handle("GET", "/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"status": "ok"})
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	handle("GET", "/readyz", func(w http.ResponseWriter, r *http.Request) {
 		// Ready while decisions come from the configured store. In
 		// fallback the service still answers, but a load balancer may
 		// prefer an instance that reaches Redis.
@@ -78,6 +99,11 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 		writeJSON(w, 503, map[string]any{"status": "degraded: the Redis store is failing; decisions follow the fallback policy"})
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if methods, ok := allow[r.URL.Path]; ok {
+			w.Header().Set("Allow", methods)
+			problem(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+"; use "+methods)
+			return
+		}
 		problem(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see GET /v1/rules, POST /v1/check)")
 	})
 	return mux
@@ -87,9 +113,11 @@ func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
 	if a.o.Token == "" {
 		return h
 	}
-	want := []byte("Bearer " + a.o.Token)
+	want := []byte(a.o.Token)
 	return func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		// The scheme is case-insensitive (RFC 9110 section 11.1).
+		scheme, token, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(token)), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
 			problem(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
@@ -245,15 +273,31 @@ func (a *api) rules(w http.ResponseWriter, r *http.Request) {
 
 // decode reads a bounded JSON body into v, answering 4xx itself on error.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		problem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent as Content-Type: application/json")
+		return false
+	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		var syntax *json.SyntaxError
+		var field *json.UnmarshalTypeError
+		var timeout interface{ Timeout() bool }
+		switch {
+		case errors.As(err, &tooBig):
 			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody))
-			return false
+		case errors.As(err, &timeout) && timeout.Timeout():
+			w.Header().Set("Connection", "close")
+			problem(w, http.StatusRequestTimeout, "the request body did not arrive in time")
+		case errors.As(err, &syntax), errors.As(err, &field), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+			strings.HasPrefix(err.Error(), "json: "):
+			problem(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+		default:
+			// A failure to read the body: its text names the connection's
+			// addresses, which are not the client's business.
+			problem(w, http.StatusBadRequest, "the request body could not be read")
 		}
-		problem(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return false
 	}
 	if dec.More() {
