@@ -129,17 +129,31 @@ func (s *server) start(stdout io.Writer) {
 	}
 }
 
-// shutdown stops accepting, lets in-flight requests finish within a
-// bound, and waits for the servers' goroutines.
+// shutdownGrace is how long shutdown lets requests in flight finish: a
+// decision takes milliseconds, and SIGTERM must end the process within a
+// second whatever the clients do.
+const shutdownGrace = 700 * time.Millisecond
+
+// shutdown stops accepting, lets in-flight requests finish within
+// shutdownGrace, closes what is left, and waits for the servers'
+// goroutines.
 func (s *server) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
+	var wg sync.WaitGroup
 	if s.httpSrv != nil {
-		s.httpSrv.Shutdown(ctx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s.httpSrv.Shutdown(ctx) != nil {
+				s.httpSrv.Close() // a client still sending: cut it off
+			}
+		}()
 	}
 	if s.respSrv != nil {
 		s.respSrv.Shutdown(ctx)
 	}
+	wg.Wait()
 	s.wg.Wait()
 }
 

@@ -15,6 +15,15 @@
 // Frames are bounded (MaxArgs arguments, MaxBulk bytes each, MaxInline
 // bytes for an inline command). A malformed frame gets a RESP error and
 // the connection is closed; other connections are unaffected.
+//
+// Abusive clients: with a token, a connection that has not authenticated
+// is closed after AuthTimeout of silence, after MaxAuthFailures wrong
+// passwords, or to make room when MaxUnauthenticated connections wait to
+// authenticate (the oldest goes), so connections that never authenticate
+// cannot take the slots of those that do. Wrong passwords are counted in
+// floodgate_resp_auth_failures_total and logged at most once a second.
+// Every write has a deadline, and every command runs on a context that
+// ends when the server stops.
 package resp
 
 import (
@@ -29,10 +38,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/metrics"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -41,8 +52,6 @@ const (
 	MaxArgs   = 64
 	MaxBulk   = 8 << 10
 	MaxInline = 8 << 10
-	// IdleTimeout closes a connection that sends nothing for this long.
-	IdleTimeout = 5 * time.Minute
 )
 
 // Server serves the Redis protocol. Make one with New.
@@ -51,14 +60,22 @@ type Server struct {
 	token   string
 	version string
 	log     *slog.Logger
+	o       Options
 
-	mu       sync.Mutex
-	ln       net.Listener
-	conns    map[net.Conn]struct{}
-	closing  bool
-	wg       sync.WaitGroup
-	nextID   int64
-	maxConns int
+	ctx    context.Context // ends when the server stops; commands run on it
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	ln      net.Listener
+	conns   map[net.Conn]*conn
+	unauth  []*conn // connections waiting to authenticate, oldest first
+	closing bool
+	wg      sync.WaitGroup
+	nextID  int64
+
+	authFailures *metrics.CounterVec
+	lastAuthLog  atomic.Int64 // unix nanoseconds of the last failure logged
+	unlogged     atomic.Int64 // failures since then
 }
 
 // Options configures a Server. The zero value (or nil) gives the
@@ -71,6 +88,22 @@ type Options struct {
 	Version string
 	// Logger receives connection and store errors. Default: slog.Default().
 	Logger *slog.Logger
+	// MaxConns is the most open connections. Default: 10,000.
+	MaxConns int
+	// MaxUnauthenticated is the most connections waiting to authenticate
+	// (with a Token); a new one beyond it closes the oldest. Default: 1,000.
+	MaxUnauthenticated int
+	// IdleTimeout closes an authenticated connection that sends nothing
+	// for this long. Default: 5 minutes.
+	IdleTimeout time.Duration
+	// AuthTimeout closes a connection that has not authenticated (with a
+	// Token) and sends nothing for this long. Default: 10 seconds.
+	AuthTimeout time.Duration
+	// WriteTimeout is the longest a write may wait for a client that does
+	// not read. Default: 10 seconds.
+	WriteTimeout time.Duration
+	// MaxAuthFailures wrong passwords close a connection. Default: 3.
+	MaxAuthFailures int
 }
 
 // New returns a Server over svc.
@@ -82,7 +115,33 @@ func New(svc *service.Service, opts *Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Server{svc: svc, token: o.Token, version: o.Version, log: o.Logger, conns: map[net.Conn]struct{}{}, maxConns: 10000}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 10000
+	}
+	if o.MaxUnauthenticated <= 0 {
+		o.MaxUnauthenticated = 1000
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 5 * time.Minute
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = 10 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.MaxAuthFailures <= 0 {
+		o.MaxAuthFailures = 3
+	}
+	s := &Server{svc: svc, token: o.Token, version: o.Version, log: o.Logger, o: o, conns: map[net.Conn]*conn{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.authFailures = svc.Metrics.NewCounterVec("floodgate_resp_auth_failures_total", "Wrong passwords given to AUTH or HELLO on the Redis protocol.")
+	svc.Metrics.NewGaugeFunc("floodgate_resp_connections", "Open Redis protocol connections.", func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(len(s.conns))
+	})
+	return s
 }
 
 // Serve accepts connections on ln until Shutdown. It returns nil after
@@ -112,18 +171,39 @@ func (s *Server) Serve(ln net.Listener) error {
 			return err
 		}
 		s.mu.Lock()
-		if s.closing || len(s.conns) >= s.maxConns {
+		if !s.closing && s.token != "" && (len(s.unauth) >= s.o.MaxUnauthenticated || len(s.conns) >= s.o.MaxConns) && len(s.unauth) > 0 {
+			// Connections that have not authenticated never keep out one
+			// that may: the oldest of them makes room.
+			s.unauth[0].c.Close()
+			s.unauth = s.unauth[1:]
+		} else if s.closing || len(s.conns) >= s.o.MaxConns {
 			s.mu.Unlock()
+			c.SetWriteDeadline(time.Now().Add(time.Second))
 			c.Write([]byte("-ERR max number of clients reached\r\n"))
 			c.Close()
 			continue
 		}
-		s.conns[c] = struct{}{}
 		s.nextID++
-		id := s.nextID
+		cc := s.newConn(c, s.nextID)
+		s.conns[c] = cc
+		if !cc.authed {
+			s.unauth = append(s.unauth, cc)
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c, id)
+		go s.serveConn(cc)
+	}
+}
+
+// authenticated moves c out of the connections waiting to authenticate.
+func (s *Server) authenticated(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, u := range s.unauth {
+		if u == c {
+			s.unauth = append(s.unauth[:i], s.unauth[i+1:]...)
+			return
+		}
 	}
 }
 
@@ -135,10 +215,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.ln != nil {
 		s.ln.Close()
 	}
+	s.cancel() // commands in flight end
 	for c := range s.conns {
 		// Wakes a connection waiting for its next command; one running a
-		// command writes its reply and then sees closing.
+		// command writes its reply, within a short grace for a client that
+		// does not read, and then sees closing.
 		c.SetReadDeadline(time.Now())
+		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -158,24 +241,46 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 type conn struct {
-	s      *Server
-	c      net.Conn
-	r      *bufio.Reader
-	w      *bufio.Writer
-	id     int64
-	proto  int
-	authed bool
+	s        *Server
+	c        net.Conn
+	ctx      context.Context // the server's: ends when it stops
+	r        *bufio.Reader
+	w        *bufio.Writer
+	id       int64
+	proto    int
+	authed   bool
+	failures int // wrong passwords on this connection
 }
 
-func (s *Server) serveConn(nc net.Conn, id int64) {
+// deadlineWriter gives every write to a connection a deadline, so that a
+// client that does not read cannot hold a goroutine forever.
+type deadlineWriter struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.c.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.c.Write(p)
+}
+
+func (s *Server) newConn(nc net.Conn, id int64) *conn {
+	return &conn{s: s, c: nc, ctx: s.ctx, r: bufio.NewReaderSize(nc, 16<<10),
+		w: bufio.NewWriterSize(deadlineWriter{nc, s.o.WriteTimeout}, 16<<10), id: id, proto: 2, authed: s.token == ""}
+}
+
+func (s *Server) serveConn(c *conn) {
+	nc := c.c
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, nc)
 		s.mu.Unlock()
+		if !c.authed {
+			s.authenticated(c) // no longer waiting
+		}
 		nc.Close()
 	}()
-	c := &conn{s: s, c: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10), id: id, proto: 2, authed: s.token == ""}
 	for {
 		if c.r.Buffered() == 0 {
 			if err := c.w.Flush(); err != nil {
@@ -187,7 +292,11 @@ func (s *Server) serveConn(nc net.Conn, id int64) {
 			if closing {
 				return
 			}
-			nc.SetReadDeadline(time.Now().Add(IdleTimeout))
+			idle := s.o.IdleTimeout
+			if !c.authed {
+				idle = s.o.AuthTimeout
+			}
+			nc.SetReadDeadline(time.Now().Add(idle))
 		}
 		args, err := c.readCommand()
 		if err != nil {
@@ -354,16 +463,16 @@ func (c *conn) dispatch(args []string) bool {
 		return false
 	case "AUTH":
 		c.auth(args)
-		return true
+		return c.failures < c.s.o.MaxAuthFailures
 	case "HELLO":
 		c.hello(args)
-		return true
+		return c.failures < c.s.o.MaxAuthFailures
 	}
 	if !c.authed {
 		c.writeError("NOAUTH Authentication required.")
 		return true
 	}
-	ctx := context.Background()
+	ctx := c.ctx
 	switch cmd {
 	case "PING":
 		switch len(args) {
@@ -452,11 +561,34 @@ func (c *conn) auth(args []string) {
 		return
 	}
 	if !c.checkAuth(user, pass) {
-		c.writeError("WRONGPASS invalid username-password pair or user is disabled.")
+		c.wrongPassword()
 		return
 	}
-	c.authed = true
+	c.setAuthed()
 	c.writeSimple("OK")
+}
+
+// setAuthed records a successful authentication.
+func (c *conn) setAuthed() {
+	if !c.authed {
+		c.authed = true
+		c.s.authenticated(c)
+	}
+}
+
+// wrongPassword answers a wrong password, counts it, and logs it at most
+// once a second with the number of failures since the last line.
+func (c *conn) wrongPassword() {
+	c.failures++
+	c.writeError("WRONGPASS invalid username-password pair or user is disabled.")
+	s := c.s
+	s.authFailures.Add(1)
+	n := s.unlogged.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.lastAuthLog.Load(); now-last >= int64(time.Second) && s.lastAuthLog.CompareAndSwap(last, now) {
+		s.unlogged.Add(-n)
+		s.log.Warn("floodgate: wrong passwords on the Redis protocol", "failures", n, "last_from", c.c.RemoteAddr().String())
+	}
 }
 
 func (c *conn) hello(args []string) {
@@ -480,10 +612,10 @@ func (c *conn) hello(args []string) {
 					return
 				}
 				if c.s.token != "" && !c.checkAuth(args[i+1], args[i+2]) {
-					c.writeError("WRONGPASS invalid username-password pair or user is disabled.")
+					c.wrongPassword()
 					return
 				}
-				c.authed = true
+				c.setAuthed()
 				i += 2
 			case "SETNAME":
 				if i+1 >= len(args) {

@@ -3,9 +3,11 @@ package resp
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
@@ -24,7 +26,8 @@ func run(t testing.TB, token, input string) string {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	c := &conn{s: New(svc, &Options{Token: token, Version: "test", Logger: slog.New(slog.DiscardHandler)}), r: bufio.NewReader(strings.NewReader(input)), w: bufio.NewWriter(&out), proto: 2, authed: token == ""}
+	c := &conn{s: New(svc, &Options{Token: token, Version: "test", Logger: slog.New(slog.DiscardHandler)}), c: stubConn{}, ctx: context.Background(),
+		r: bufio.NewReader(strings.NewReader(input)), w: bufio.NewWriter(&out), proto: 2, authed: token == ""}
 	for range 10000 { // bounded: every iteration consumes input or ends
 		args, err := c.readCommand()
 		if err != nil {
@@ -42,6 +45,12 @@ func run(t testing.TB, token, input string) string {
 	c.w.Flush()
 	return out.String()
 }
+
+// stubConn stands in for the network connection of a conn fed from a
+// string: only its address is read.
+type stubConn struct{ net.Conn }
+
+func (stubConn) RemoteAddr() net.Addr { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1} }
 
 func TestCommands(t *testing.T) {
 	tests := []struct {
