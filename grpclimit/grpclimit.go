@@ -22,13 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/httplimit"
+	"github.com/floodgate/floodgate/internal/clientip"
 	"github.com/floodgate/floodgate/internal/headers"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -55,20 +55,48 @@ type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 // connection's peer, as httplimit.IPKey spells it (IPv6 by its /64).
 func PeerIP() KeyFunc {
 	return func(ctx context.Context, _ string) (string, error) {
-		p, ok := peer.FromContext(ctx)
-		if !ok || p.Addr == nil {
-			return "", errors.New("grpclimit: the call has no peer address")
-		}
-		host, _, err := net.SplitHostPort(p.Addr.String())
+		a, err := peerAddr(ctx)
 		if err != nil {
-			host = p.Addr.String()
+			return "", err
 		}
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			return "", fmt.Errorf("grpclimit: peer address %q: %w", p.Addr, err)
-		}
-		return httplimit.IPKey(a), nil
+		return clientip.Key(a), nil
 	}
+}
+
+// ClientIP returns a KeyFunc that keys calls by the client's IP address
+// behind trusted proxies (Envoy, a gRPC-aware load balancer), as
+// httplimit.ClientIPFromHeader does for HTTP: the peer is the client
+// unless it is trusted, and then only the request metadata named header
+// ("x-forwarded-for", "forwarded" or "x-real-ip", as the proxies write
+// it; X-Forwarded-For when empty) is read, walked from the nearest hop
+// back. It fails for any other header.
+func ClientIP(header string, trusted ...netip.Prefix) (KeyFunc, error) {
+	res, err := clientip.New(header, trusted)
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: %w", err)
+	}
+	name := strings.ToLower(res.Header())
+	return func(ctx context.Context, _ string) (string, error) {
+		a, err := peerAddr(ctx)
+		if err != nil {
+			return "", err
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		return clientip.Key(res.Client(a, md.Get(name))), nil
+	}, nil
+}
+
+// peerAddr returns the IP address of the call's peer.
+func peerAddr(ctx context.Context) (netip.Addr, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}, errors.New("grpclimit: the call has no peer address")
+	}
+	a, err := clientip.ParseHost(p.Addr.String())
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("grpclimit: peer address %q: %w", p.Addr, err)
+	}
+	return a, nil
 }
 
 // Metadata returns a KeyFunc that keys calls by the first value of the

@@ -2,8 +2,10 @@ package grpclimit_test
 
 import (
 	"context"
+	"google.golang.org/grpc/peer"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -222,3 +224,42 @@ func TestClientInterceptor(t *testing.T) {
 
 // No test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestClientIP(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	xff, err := grpclimit.ClientIP("", trusted...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := grpclimit.ClientIP("X-Real-IP", trusted...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grpclimit.ClientIP("x-client-ip", trusted...); err == nil {
+		t.Error("ClientIP accepted a header no proxy standard writes")
+	}
+	tests := []struct {
+		name string
+		key  grpclimit.KeyFunc
+		peer string
+		md   []string
+		want string
+	}{
+		{"untrusted peer", xff, "192.0.2.1:5000", []string{"x-forwarded-for", "198.51.100.7"}, "ip:192.0.2.1"},
+		{"trusted peer", xff, "10.1.1.1:5000", []string{"x-forwarded-for", "6.6.6.6, 198.51.100.7"}, "ip:198.51.100.7"},
+		{"forged forwarded ignored", xff, "10.1.1.1:5000", []string{"forwarded", "for=6.6.6.6", "x-forwarded-for", "198.51.100.7"}, "ip:198.51.100.7"},
+		{"x-real-ip", real, "10.1.1.1:5000", []string{"x-real-ip", "198.51.100.9"}, "ip:198.51.100.9"},
+		{"no metadata", real, "10.1.1.1:5000", nil, "ip:10.1.1.1"},
+	}
+	for _, tt := range tests {
+		addr, _ := net.ResolveTCPAddr("tcp", tt.peer)
+		ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: addr})
+		if tt.md != nil {
+			ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(tt.md...))
+		}
+		got, err := tt.key(ctx, "/m")
+		if err != nil || got != tt.want {
+			t.Errorf("%s: %q, %v; want %q", tt.name, got, err, tt.want)
+		}
+	}
+}

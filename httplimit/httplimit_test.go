@@ -175,6 +175,25 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
+// The probe of the hardening issue: behind a proxy that appends only
+// X-Forwarded-For, a client sending a fresh Forwarded header with every
+// request got a fresh bucket each time. It now gets its own, shared one.
+func TestForgedForwardedHeader(t *testing.T) {
+	proxies, _ := httplimit.TrustedProxies("10.0.0.0/8")
+	lim, _ := storetest.NewLimiter(t, floodgate.TokenBucket(1, time.Hour, 10))
+	h := httplimit.New(lim, &httplimit.Options{Key: httplimit.ClientIP(proxies...)}).Handler(ok)
+	passed := 0
+	for i := range 30 {
+		rec := do(h, "10.0.0.2:1234", "Forwarded", fmt.Sprintf("for=198.51.100.%d", i), "X-Forwarded-For", "203.0.113.7")
+		if rec.Code == 200 {
+			passed++
+		}
+	}
+	if passed != 10 {
+		t.Errorf("%d of 30 requests with forged Forwarded headers passed, want the burst of 10", passed)
+	}
+}
+
 func TestClientIP(t *testing.T) {
 	proxies, err := httplimit.TrustedProxies("10.0.0.0/8", "2001:db8:ffff::1")
 	if err != nil {
@@ -184,6 +203,17 @@ func TestClientIP(t *testing.T) {
 		t.Error("TrustedProxies accepted a bad prefix")
 	}
 	trusting, plain := httplimit.ClientIP(proxies...), httplimit.ClientIP()
+	fwd, err := httplimit.ClientIPFromHeader("Forwarded", proxies...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	realIP, err := httplimit.ClientIPFromHeader("x-real-ip", proxies...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := httplimit.ClientIPFromHeader("X-Client-IP", proxies...); err == nil {
+		t.Error("ClientIPFromHeader accepted a header no proxy standard writes")
+	}
 	tests := []struct {
 		name   string
 		key    httplimit.KeyFunc
@@ -200,9 +230,21 @@ func TestClientIP(t *testing.T) {
 		{"all trusted: leftmost", trusting, "10.1.1.1:5000", []string{"X-Forwarded-For", "10.3.3.3, 10.2.2.2"}, "ip:10.3.3.3"},
 		{"garbage hop: stop at proxy", trusting, "10.1.1.1:5000", []string{"X-Forwarded-For", "nonsense"}, "ip:10.1.1.1"},
 		{"no header", trusting, "10.1.1.1:5000", nil, "ip:10.1.1.1"},
-		{"forwarded", trusting, "10.1.1.1:5000", []string{"Forwarded", `for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"`}, "ip:2001:db8:cafe::/64"},
-		{"forwarded wins over xff", trusting, "10.1.1.1:5000", []string{"Forwarded", "for=192.0.2.61", "X-Forwarded-For", "198.51.100.7"}, "ip:192.0.2.61"},
-		{"forwarded unknown", trusting, "10.1.1.1:5000", []string{"Forwarded", "for=unknown"}, "ip:10.1.1.1"},
+		// Only the configured header is read: a client behind proxies that
+		// append X-Forwarded-For cannot pick its key with Forwarded.
+		{"forged forwarded behind an xff proxy", trusting, "10.1.1.1:5000", []string{"Forwarded", "for=192.0.2.61", "X-Forwarded-For", "198.51.100.7"}, "ip:198.51.100.7"},
+		{"forged forwarded, no xff", trusting, "10.1.1.1:5000", []string{"Forwarded", "for=192.0.2.61"}, "ip:10.1.1.1"},
+		{"forwarded", fwd, "10.1.1.1:5000", []string{"Forwarded", `for=192.0.2.60;proto=http;by=203.0.113.43, for="[2001:db8:cafe::17]:4711"`}, "ip:2001:db8:cafe::/64"},
+		{"forwarded proxy ignores forged xff", fwd, "10.1.1.1:5000", []string{"Forwarded", "for=192.0.2.61", "X-Forwarded-For", "198.51.100.7"}, "ip:192.0.2.61"},
+		{"forwarded unknown", fwd, "10.1.1.1:5000", []string{"Forwarded", "for=unknown"}, "ip:10.1.1.1"},
+		{"forwarded from an untrusted peer", fwd, "192.0.2.1:5000", []string{"Forwarded", "for=192.0.2.61"}, "ip:192.0.2.1"},
+		// nginx: proxy_set_header X-Real-IP $remote_addr.
+		{"x-real-ip", realIP, "10.1.1.1:5000", []string{"X-Real-IP", "198.51.100.9", "X-Forwarded-For", "1.2.3.4"}, "ip:198.51.100.9"},
+		{"x-real-ip from an untrusted peer", realIP, "192.0.2.1:5000", []string{"X-Real-IP", "198.51.100.9"}, "ip:192.0.2.1"},
+		{"x-real-ip garbage", realIP, "10.1.1.1:5000", []string{"X-Real-IP", "nonsense"}, "ip:10.1.1.1"},
+		// A CDN (10.9.9.9) in front of a load balancer (10.1.1.1), both
+		// trusted: the client sent a forged hop of its own first.
+		{"cdn and lb", trusting, "10.1.1.1:5000", []string{"X-Forwarded-For", "6.6.6.6, 203.0.113.5, 10.9.9.9"}, "ip:203.0.113.5"},
 		{"ipv6 peer by /64", plain, "[2001:db8:1:2:3:4:5:6]:443", nil, "ip:2001:db8:1:2::/64"},
 		{"trusted ipv6 proxy", trusting, "[2001:db8:ffff::1]:443", []string{"X-Forwarded-For", "192.0.2.9"}, "ip:192.0.2.9"},
 		{"mapped ipv4", plain, "[::ffff:192.0.2.1]:80", nil, "ip:192.0.2.1"},

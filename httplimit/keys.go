@@ -3,10 +3,10 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
-	"strings"
+
+	"github.com/floodgate/floodgate/internal/clientip"
 )
 
 // KeyFunc returns the rate limit key of a request. An error makes the
@@ -34,103 +34,51 @@ func TrustedProxies(addrs ...string) ([]netip.Prefix, error) {
 }
 
 // ClientIP returns a KeyFunc that keys a request by its client's IP
-// address, as "ip:<address>". IPv6 clients are keyed by their /64, which
-// one subscriber usually holds whole ("ip:2001:db8:1:2::/64").
+// address, read from X-Forwarded-For behind trusted proxies: it is
+// ClientIPFromHeader("X-Forwarded-For", trusted...). With no trusted
+// proxies, it keys by the connection's peer.
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
+	r, _ := clientip.New(clientip.XForwardedFor, trusted) // a valid header
+	return clientIP(r)
+}
+
+// ClientIPFromHeader returns a KeyFunc that keys a request by its client's
+// IP address, as "ip:<address>". IPv6 clients are keyed by their /64,
+// which one subscriber usually holds whole ("ip:2001:db8:1:2::/64").
 //
 // The client is the peer of the connection (Request.RemoteAddr) unless
-// that peer is one of the trusted proxies. Only then are the forwarding
-// headers read: Forwarded (RFC 7239) if present, else X-Forwarded-For,
-// walked from the nearest hop back, skipping trusted proxies; the first
-// address that is not trusted is the client. Headers from an untrusted
-// peer are never read, so a client cannot choose its own key. With no
-// trusted proxies, ClientIP is the peer's address.
-func ClientIP(trusted ...netip.Prefix) KeyFunc {
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
+// that peer is one of the trusted proxies. Only then is header read, and
+// only header: the one the proxies write, "X-Forwarded-For" (each proxy
+// appends the address it received from), "Forwarded" (RFC 7239's for=)
+// or "X-Real-IP" (one address, set by the nearest proxy). Its hops are
+// walked from the nearest back, skipping trusted proxies; the first
+// address that is not trusted is the client. A client cannot choose its
+// own key: headers from an untrusted peer are never read, the hops a
+// client prepends are behind the ones the proxies append, and a header
+// the proxies do not write (a forged Forwarded behind proxies that append
+// X-Forwarded-For) is ignored. It fails for any other header.
+func ClientIPFromHeader(header string, trusted ...netip.Prefix) (KeyFunc, error) {
+	r, err := clientip.New(header, trusted)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
+	return clientIP(r), nil
+}
+
+func clientIP(res *clientip.Resolver) KeyFunc {
+	header := res.Header()
 	return func(r *http.Request) (string, error) {
-		peer, err := parseHost(r.RemoteAddr)
+		peer, err := clientip.ParseHost(r.RemoteAddr)
 		if err != nil {
 			return "", fmt.Errorf("no client address: %w", err)
 		}
-		client := peer
-		if len(trusted) > 0 && isTrusted(peer) {
-			hops := forwardedFor(r.Header)
-			for i := len(hops) - 1; i >= 0; i-- {
-				a, err := parseHost(hops[i])
-				if err != nil {
-					break // a hop we cannot read: stop at the last trusted one
-				}
-				client = a
-				if !isTrusted(a) {
-					break
-				}
-			}
-		}
-		return IPKey(client), nil
+		return clientip.Key(res.Client(peer, r.Header.Values(header))), nil
 	}
 }
 
 // IPKey returns the key of a client address, as ClientIP makes it:
 // "ip:<IPv4 address>", or "ip:<the /64 prefix>" for IPv6.
-func IPKey(a netip.Addr) string {
-	a = a.Unmap()
-	if a.Is4() {
-		return "ip:" + a.String()
-	}
-	p, _ := a.Prefix(64)
-	return "ip:" + p.String()
-}
-
-// parseHost parses an address with or without a port, in brackets or not:
-// "192.0.2.1", "192.0.2.1:80", "[2001:db8::1]:443", "2001:db8::1".
-func parseHost(s string) (netip.Addr, error) {
-	s = strings.TrimSpace(s)
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), nil
-	}
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		s = host
-	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	return a.Unmap(), nil
-}
-
-// forwardedFor returns the hops of Forwarded's for= parameters, or of
-// X-Forwarded-For when there is no Forwarded field, nearest hop last.
-func forwardedFor(h http.Header) []string {
-	var hops []string
-	if fwd := h.Values("Forwarded"); len(fwd) > 0 {
-		for _, line := range fwd {
-			for _, elem := range strings.Split(line, ",") {
-				hop := "unknown"
-				for _, pair := range strings.Split(elem, ";") {
-					k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
-					if ok && strings.EqualFold(k, "for") {
-						hop = strings.Trim(v, `"`)
-					}
-				}
-				hops = append(hops, hop)
-			}
-		}
-		return hops
-	}
-	for _, line := range h.Values("X-Forwarded-For") {
-		for _, hop := range strings.Split(line, ",") {
-			hops = append(hops, strings.TrimSpace(hop))
-		}
-	}
-	return hops
-}
+func IPKey(a netip.Addr) string { return clientip.Key(a) }
 
 // ErrNoKey is returned by the KeyFunc of Header when the header is
 // missing.
