@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +162,72 @@ func TestMemoryStoreMaxKeys(t *testing.T) {
 	}
 	if st.Evictions() != before {
 		t.Fatalf("evicted %d live keys while expired ones were there", st.Evictions()-before)
+	}
+}
+
+// The probe of the hardening issue: a key denied on its second request
+// must stay denied through a flood of 1.1 million new keys whose periods
+// an attacker chose so long that they are never back to full. (Evicting
+// the key that would be full soonest chose the victim.)
+func TestMemoryStoreFloodKeepsVictim(t *testing.T) {
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Base)
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
+	defer st.Close()
+	victim := storetest.Limiter(t, st, floodgate.GCRA(0, 1, time.Hour))
+	flood := storetest.Limiter(t, st, floodgate.GCRA(0, 1, 281474976*time.Second))
+	for i, want := range []bool{true, false} {
+		if r, err := victim.Allow(ctx, "victim"); err != nil || r.Allowed != want {
+			t.Fatalf("victim request %d: %+v, %v", i, r, err)
+		}
+	}
+	for i := range 1_100_000 {
+		if _, err := flood.Allow(ctx, "k"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.Evictions() == 0 {
+		t.Fatal("the flood evicted nothing: it did not reach the bound")
+	}
+	if r, err := victim.Allow(ctx, "victim"); err != nil || r.Allowed {
+		t.Fatalf("after the flood the victim is allowed again: %+v, %v", r, err)
+	}
+}
+
+// MaxBytes counts the keys' bytes: long keys fill the store sooner.
+func TestMemoryStoreMaxBytes(t *testing.T) {
+	ctx := context.Background()
+	const maxBytes = 1 << 20
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(storetest.Base), MaxBytes: maxBytes, Shards: 4, SweepInterval: -1})
+	defer st.Close()
+	lim := storetest.Limiter(t, st, floodgate.TokenBucket(1, time.Hour, 1))
+	pad := strings.Repeat("x", 500)
+	for i := range 10000 {
+		if _, err := lim.Allow(ctx, pad+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		if b := st.Bytes(); b > maxBytes {
+			t.Fatalf("after %d keys of 500+ bytes the store counts %d bytes, more than %d", i+1, b, maxBytes)
+		}
+	}
+	if n := st.Len(); n < 1000 || n > 2000 {
+		t.Errorf("%d keys of 500 bytes in 1 MiB, want about 1,500", n)
+	}
+	// A sliding log's entries count too.
+	clock := storetest.NewClock(storetest.Base)
+	logs := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
+	defer logs.Close()
+	log := storetest.Limiter(t, logs, floodgate.SlidingLog(1000, time.Hour))
+	log.Allow(ctx, "log")
+	before := logs.Bytes()
+	for range 100 {
+		clock.Advance(time.Millisecond)
+		if _, err := log.Allow(ctx, "log"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grew := logs.Bytes() - before; grew < 100*16 {
+		t.Errorf("a sliding log of 100 more entries added %d bytes, want at least %d", grew, 100*16)
 	}
 }
 

@@ -17,15 +17,21 @@ import (
 type MemoryOptions struct {
 	// Clock is the store's time source. Default: SystemClock().
 	Clock Clock
-	// MaxKeys bounds how many keys the store holds, so that a flood of
-	// distinct keys cannot exhaust memory. Default: 1,048,576 (a key of a
-	// single-limit token bucket costs about 200 bytes with a short key).
-	//
-	// A new key that finds its shard full first evicts keys that are back
-	// to full, which loses nothing. When none is, it evicts the key that
-	// will be back to full soonest among a sample of 16: that key may then
-	// admit up to its remaining deficit early. Evictions counts these.
+	// MaxKeys bounds how many keys the store holds. Default: 1,048,576.
 	MaxKeys int
+	// MaxBytes bounds the memory the store's keys take: their bytes, their
+	// states and their sliding logs' entries, counted as the store
+	// allocates them, so that long keys cannot exhaust memory as short
+	// ones would not. Default: 192 MiB, which keeps the process under
+	// 512 MB of RSS with 512-byte keys.
+	//
+	// A store at either bound evicts before it adds a key, fairly under
+	// floods: a key starts on probation and is protected from its second
+	// decision on, and eviction takes the oldest key on probation first. A
+	// flood of new keys so evicts its own keys and never the state of
+	// clients that came back. Keys back to full are removed by the
+	// sweeper; Evictions counts the keys evicted before they were.
+	MaxBytes int64
 	// Shards is the number of independently locked parts of the store, so
 	// that unrelated keys do not contend. Default: 64; rounded up to a
 	// power of two.
@@ -51,7 +57,8 @@ type MemoryStore struct {
 	seed        maphash.Seed
 	shards      []memShard
 	mask        uint64
-	maxPerShard int
+	maxPerShard int   // keys
+	bytesShard  int64 // bytes
 	evictions   atomic.Uint64
 
 	closed    atomic.Bool
@@ -61,46 +68,6 @@ type MemoryStore struct {
 }
 
 var _ Store = (*MemoryStore)(nil)
-
-type memShard struct {
-	mu sync.Mutex
-	m  map[string]*memEntry
-	// last is the entry of lastKey, the key this shard found last: a hot
-	// key skips the map lookup (and its second hash of the key). It is
-	// cleared whenever lastKey leaves the map.
-	last    *memEntry
-	lastKey string
-	_       [16]byte // keeps neighbouring shards' locks off one cache line
-}
-
-// get returns key's entry, or nil. The shard is locked.
-func (sh *memShard) get(key string) *memEntry {
-	if sh.last != nil && sh.lastKey == key {
-		return sh.last
-	}
-	e := sh.m[key]
-	if e != nil {
-		sh.last, sh.lastKey = e, key
-	}
-	return e
-}
-
-// remove deletes key. The shard is locked.
-func (sh *memShard) remove(key string) {
-	if sh.last != nil && sh.lastKey == key {
-		sh.last, sh.lastKey = nil, ""
-	}
-	delete(sh.m, key)
-}
-
-type memEntry struct {
-	full   int64 // µs: when every limit on the key is back to full
-	states []core.State
-}
-
-// evictSample is how many keys a full shard looks at to choose one to
-// evict.
-const evictSample = 16
 
 // NewMemoryStore returns a new in-memory store configured by opts (nil for
 // the defaults). Close it to stop its background sweeper.
@@ -114,6 +81,9 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 	}
 	if c.MaxKeys <= 0 {
 		c.MaxKeys = 1 << 20
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 192 << 20
 	}
 	if c.Shards <= 0 {
 		c.Shards = 64
@@ -133,11 +103,12 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 		shards:      make([]memShard, n),
 		mask:        uint64(n - 1),
 		maxPerShard: max(1, c.MaxKeys/n),
+		bytesShard:  max(1, c.MaxBytes/int64(n)),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*memEntry)
+		s.shards[i].init()
 	}
 	if c.SweepInterval > 0 {
 		go s.sweeper(c.SweepInterval)
@@ -196,9 +167,10 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdi
 
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
-	e := sh.get(key)
+	e := sh.get(key, s.bytesShard)
 	if e != nil && len(e.states) != len(p.specs) {
 		e.resize(len(p.specs))
+		sh.resized(e)
 	}
 	allowed := true
 	for i := range p.specs {
@@ -216,17 +188,21 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdi
 		allowed = allowed && vs[i].Allowed
 	}
 	charged := allowed && n > 0
-	if e == nil && charged {
-		e = &memEntry{states: make([]core.State, len(p.specs))}
-		s.insert(sh, key, e, now)
+	isNew := e == nil && charged
+	if isNew {
+		e = newEntry(len(p.specs))
 	}
 	if e != nil {
 		var full int64
+		grew := false
 		for i := range p.specs {
+			c := cap(e.states[i].Log)
 			core.Commit(&e.states[i], next[i], n, charged)
+			grew = grew || cap(e.states[i].Log) != c
 			full = max(full, vs[i].Reset)
 		}
 		e.full = now + full
+		s.account(sh, key, e, isNew, grew, now)
 	}
 	sh.mu.Unlock()
 	d := core.Decide(vs[:len(p.specs)])
@@ -244,7 +220,9 @@ func (p *memPolicy) Reset(ctx context.Context, key string) error {
 	}
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
-	sh.remove(key)
+	if e := sh.m[key]; e != nil {
+		sh.remove(e)
+	}
 	sh.mu.Unlock()
 	return nil
 }
@@ -262,12 +240,13 @@ func (s *MemoryStore) now() int64 {
 func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64) core.Verdict {
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
-	e := sh.get(key)
+	e := sh.get(key, s.bytesShard)
 	var st *core.State
 	var zero core.State
 	if e != nil {
 		if len(e.states) != 1 {
 			e.resize(1)
+			sh.resized(e)
 		}
 		st = &e.states[0]
 		if st.Kind != l.Kind {
@@ -278,49 +257,46 @@ func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64) core.Verdi
 	}
 	v, next := l.Step(st, now, n)
 	charged := v.Allowed && n > 0
-	if e == nil && charged {
-		e = &memEntry{states: make([]core.State, 1)}
-		s.insert(sh, key, e, now)
+	isNew := e == nil && charged
+	if isNew {
+		e = newEntry(1)
 	}
 	if e != nil {
+		c := cap(e.states[0].Log)
 		core.Commit(&e.states[0], next, n, charged)
 		e.full = now + v.Reset
+		if isNew || cap(e.states[0].Log) != c {
+			s.account(sh, key, e, isNew, true, now)
+		}
 	}
 	sh.mu.Unlock()
 	return v
 }
 
-func (e *memEntry) resize(n int) {
-	states := make([]core.State, n)
-	copy(states, e.states)
-	e.states = states
+// account adds a new entry e under key to sh, which is locked, or
+// re-accounts one whose size changed, and evicts what the bounds require.
+func (s *MemoryStore) account(sh *memShard, key string, e *memEntry, isNew, grew bool, now int64) {
+	switch {
+	case isNew:
+		sh.add(key, e)
+	case grew:
+		sh.resized(e)
+	default:
+		return
+	}
+	if n := sh.makeRoom(s.maxPerShard, s.bytesShard, now, e); n > 0 {
+		s.evictions.Add(uint64(n))
+	}
 }
 
-// insert adds e under key to sh, which is locked, making room first if the
-// shard is full.
-func (s *MemoryStore) insert(sh *memShard, key string, e *memEntry, now int64) {
-	if len(sh.m) >= s.maxPerShard {
-		var victim string
-		var victimFull int64
-		freed, seen := false, 0
-		for k, v := range sh.m {
-			if v.full <= now {
-				sh.remove(k)
-				freed = true
-			} else if victim == "" || v.full < victimFull {
-				victim, victimFull = k, v.full
-			}
-			if seen++; seen == evictSample {
-				break
-			}
-		}
-		if !freed && victim != "" {
-			sh.remove(victim)
-			s.evictions.Add(1)
-		}
+func (e *memEntry) resize(n int) {
+	old := e.states
+	if n == 1 {
+		e.states = e.one[:]
+	} else {
+		e.states = make([]core.State, n)
 	}
-	sh.m[key] = e
-	sh.last, sh.lastKey = e, key
+	copy(e.states, old)
 }
 
 // Sweep removes every key that is back to full and returns how many it
@@ -331,9 +307,9 @@ func (s *MemoryStore) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
+		for _, e := range sh.m {
 			if e.full <= now {
-				sh.remove(k)
+				sh.remove(e)
 				removed++
 			}
 		}
@@ -355,8 +331,20 @@ func (s *MemoryStore) Len() int {
 }
 
 // Evictions returns how many keys were evicted before they were back to
-// full, because the store held MaxKeys keys.
+// full, because the store was at MaxKeys or MaxBytes.
 func (s *MemoryStore) Evictions() uint64 { return s.evictions.Load() }
+
+// Bytes returns the memory the store's keys take, as MaxBytes counts it.
+func (s *MemoryStore) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 func (s *MemoryStore) sweeper(every time.Duration) {
 	defer close(s.done)

@@ -115,12 +115,12 @@ func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, req httpapi
 		return nil, false, fmt.Errorf("invalid rules file:\n%w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, fb, _, closeStore, err := openStore(sf, log)
+	st, err := openStore(sf, log)
 	if err != nil {
 		return nil, false, err
 	}
-	defer closeStore()
-	svc, err := service.New(store, cfg, &service.Options{Fallback: fb, Logger: log})
+	defer st.close()
+	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Logger: log})
 	if err != nil {
 		return nil, false, err
 	}

@@ -354,7 +354,8 @@ func TestHTTPAPI(t *testing.T) {
 		t.Errorf("rules: %d %v", code, body)
 	}
 	m := in.metrics(t)
-	for _, want := range []string{`floodgate_decisions_total{rule="example",outcome="allowed"}`, "floodgate_store_latency_seconds_bucket", "floodgate_fallback_degraded 0", "floodgate_config_reloads_total"} {
+	for _, want := range []string{`floodgate_decisions_total{rule="example",outcome="allowed"}`, "floodgate_store_latency_seconds_bucket", "floodgate_fallback_degraded 0", "floodgate_config_reloads_total",
+		"floodgate_memory_keys ", "floodgate_memory_bytes ", "floodgate_memory_evictions_total 0"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
@@ -579,6 +580,7 @@ func TestCLI(t *testing.T) {
 		{"FLOODGATE_INSTANCES=four", "serve"},
 		{"FLOODGATE_BUDGET=soon", "check"},
 		{"FLOODGATE_WATCH=1", "serve"},
+		{"FLOODGATE_MEMORY_MAX_BYTES=lots", "serve"},
 	} {
 		cmd := exec.Command(binary, tt.cmd, "example", "k")
 		if tt.cmd == "serve" {

@@ -169,13 +169,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
 		return 2
 	}
-	store, fb, desc, closeStore, err := openStore(&f.store, log)
+	st, err := openStore(&f.store, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
-	defer closeStore()
-	svc, err := service.New(store, cfg, &service.Options{Fallback: fb, Logger: log})
+	defer st.close()
+	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
@@ -186,7 +186,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	fmt.Fprintf(stdout, "floodgate %s\n", getVersion())
-	fmt.Fprintf(stdout, "store: %s\n", desc)
+	fmt.Fprintf(stdout, "store: %s\n", st.desc)
 	fmt.Fprintf(stdout, "rules: %d from %s\n", len(cfg.Rules), cfg.Source)
 	srv.start(stdout)
 	if s, ok := stdout.(interface{ Sync() error }); ok {

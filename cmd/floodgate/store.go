@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,8 @@ type storeFlags struct {
 	policy    string
 	instances int64
 	budget    time.Duration
+	maxKeys   int64
+	maxBytes  string
 }
 
 func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
@@ -30,6 +33,37 @@ func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.policy, "fallback", e.str("FLOODGATE_FALLBACK", "local"), "what to answer while Redis fails: local, fail-open or fail-closed ($FLOODGATE_FALLBACK)")
 	fs.Int64Var(&s.instances, "instances", e.int("FLOODGATE_INSTANCES", 1), "how many floodgate instances share Redis; each one's local fallback gets 1/instances of each limit ($FLOODGATE_INSTANCES)")
 	fs.DurationVar(&s.budget, "budget", e.duration("FLOODGATE_BUDGET", 50*time.Millisecond), "longest wait for Redis per decision before the fallback answers ($FLOODGATE_BUDGET)")
+	fs.Int64Var(&s.maxKeys, "memory-max-keys", e.int("FLOODGATE_MEMORY_MAX_KEYS", 1<<20), "most keys the embedded store (or the local fallback) holds ($FLOODGATE_MEMORY_MAX_KEYS)")
+	fs.StringVar(&s.maxBytes, "memory-max-bytes", e.str("FLOODGATE_MEMORY_MAX_BYTES", "192MiB"), "most memory the embedded store's (or the local fallback's) keys take: bytes, or with KiB, MiB or GiB ($FLOODGATE_MEMORY_MAX_BYTES)")
+}
+
+// parseBytes reads "192MiB", "64KiB", "1GiB" or a plain number of bytes.
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = strings.TrimSpace(n), m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size in bytes (like 192MiB)", s)
+	}
+	return n * mult, nil
+}
+
+// memoryStore returns the memory store the flags describe.
+func (s *storeFlags) memoryStore() (*floodgate.MemoryStore, error) {
+	if s.maxKeys < 1 {
+		return nil, fmt.Errorf("--memory-max-keys ($FLOODGATE_MEMORY_MAX_KEYS) must be at least 1, got %d", s.maxKeys)
+	}
+	b, err := parseBytes(s.maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("--memory-max-bytes ($FLOODGATE_MEMORY_MAX_BYTES): %w", err)
+	}
+	return floodgate.NewMemoryStore(&floodgate.MemoryOptions{MaxKeys: int(min(s.maxKeys, 1<<40)), MaxBytes: b}), nil
 }
 
 // redisClient builds the Redis client the flags name, or returns nil when
@@ -52,26 +86,53 @@ func (s *storeFlags) redisClient() (client redis.UniversalClient, desc string, e
 	return nil, "", nil
 }
 
-// openStore returns the store the flags ask for, the fallback store when
-// it is Redis, a description, and a func that closes everything.
-func openStore(f *storeFlags, log *slog.Logger) (floodgate.Store, *fallback.Store, string, func(), error) {
-	client, desc, err := f.redisClient()
-	if err != nil {
-		return nil, nil, "", nil, err
-	}
-	if client == nil {
-		s := floodgate.NewMemoryStore(nil)
-		return s, nil, "embedded in-memory store", func() { s.Close() }, nil
-	}
+// opened is the store the flags ask for, and what the service reports of
+// it.
+type opened struct {
+	store    floodgate.Store
+	fallback *fallback.Store        // nil without Redis
+	memory   *floodgate.MemoryStore // the embedded store, or Redis's local fallback; nil for the others
+	desc     string
+	close    func()
+}
+
+// openStore opens the store the flags ask for.
+func openStore(f *storeFlags, log *slog.Logger) (*opened, error) {
 	policy, err := fallback.ParsePolicy(f.policy)
 	if err != nil {
-		client.Close()
-		return nil, nil, "", nil, err
+		return nil, err
+	}
+	client, desc, err := f.redisClient()
+	if err != nil {
+		return nil, err
+	}
+	var mem *floodgate.MemoryStore
+	if client == nil || policy == fallback.Local {
+		if mem, err = f.memoryStore(); err != nil {
+			if client != nil {
+				client.Close()
+			}
+			return nil, err
+		}
+	}
+	if client == nil {
+		return &opened{store: mem, memory: mem, desc: "embedded in-memory store", close: func() { mem.Close() }}, nil
 	}
 	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix})
-	fb := fallback.New(rs, &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log})
+	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log}
+	if mem != nil {
+		o.Local = mem
+	}
+	fb := fallback.New(rs, o)
 	desc += fmt.Sprintf(" (fallback %s, %d instances, budget %s)", policy, f.instances, f.budget)
-	return fb, fb, desc, func() { fb.Close(); rs.Close(); client.Close() }, nil
+	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, close: func() {
+		fb.Close()
+		rs.Close()
+		client.Close()
+		if mem != nil {
+			mem.Close()
+		}
+	}}, nil
 }
 
 func splitList(s string) []string {

@@ -85,6 +85,9 @@ type Options struct {
 	// Fallback is the fallback store that the store is or wraps, whose
 	// state readiness and metrics report. Default: none.
 	Fallback *fallback.Store
+	// Memory is the memory store in use, whose keys, bytes and evictions
+	// the metrics report: the store itself, or Redis's local fallback.
+	Memory *floodgate.MemoryStore
 	// Logger receives reloads and their failures. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -132,6 +135,11 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		}
 		return fb.Stats().Fallbacks
 	})
+	if mem := o.Memory; mem != nil {
+		m.NewGaugeFunc("floodgate_memory_keys", "Keys held by the in-memory store.", func() float64 { return float64(mem.Len()) })
+		m.NewGaugeFunc("floodgate_memory_bytes", "Memory the in-memory store's keys take, as its bound counts it.", func() float64 { return float64(mem.Bytes()) })
+		m.NewCounterFunc("floodgate_memory_evictions_total", "Keys the in-memory store evicted before they were back to full, to stay within its bounds.", mem.Evictions)
+	}
 	return s, nil
 }
 
