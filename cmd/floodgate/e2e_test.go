@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/tlstest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -613,4 +614,59 @@ func TestCLI(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Errorf("check --server after 2 of 2: %v %s", err, out)
 	}
+}
+
+// TLS with client certificates on both listeners, reloaded on SIGHUP.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t)
+	f := ca.Write(t, dir, 7)
+	in := serve(t, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-client-ca", f.CA, "--token", "s3cret")
+	if !strings.HasPrefix(in.httpURL, "https://") {
+		t.Fatalf("HTTP API URL %q, want https", in.httpURL)
+	}
+	client := func(withCert bool) *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlstest.ClientConfig(t, f, withCert)}}
+	}
+	post := func(c *http.Client) (*http.Response, error) {
+		req, _ := http.NewRequest("POST", in.httpURL+"/v1/check", strings.NewReader(`{"rule":"example","key":"tls"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer s3cret")
+		return c.Do(req)
+	}
+	resp, err := post(client(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.TLS.PeerCertificates[0].SerialNumber.Int64() != 7 {
+		t.Fatalf("HTTPS with a client certificate: %s", resp.Status)
+	}
+	if resp, err := post(client(false)); err == nil {
+		resp.Body.Close()
+		t.Fatal("HTTPS without a client certificate got an answer")
+	}
+	rc := redis.NewClient(&redis.Options{Addr: in.respAddr, Password: "s3cret", TLSConfig: tlstest.ClientConfig(t, f, true), DialTimeout: 5 * time.Second})
+	defer rc.Close()
+	if got, err := rc.Do(context.Background(), "CL.THROTTLE", "tls", 15, 30, 60).Int64Slice(); err != nil || fmt.Sprint(got) != "[0 16 15 -1 2]" {
+		t.Fatalf("CL.THROTTLE over TLS: %v, %v", got, err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: in.respAddr, Password: "s3cret", TLSConfig: tlstest.ClientConfig(t, f, false), DialTimeout: 5 * time.Second, MaxRetries: -1})
+	defer plain.Close()
+	if err := plain.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("the Redis protocol answered a client without a certificate")
+	}
+	// New certificate files, then SIGHUP: new connections get them.
+	f = ca.Write(t, dir, 8)
+	in.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "the reloaded certificate", func() bool {
+		c := client(true)
+		defer c.CloseIdleConnections()
+		resp, err := post(c)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.TLS.PeerCertificates[0].SerialNumber.Int64() == 8
+	})
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/resp"
 	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/internal/tlsconf"
 	"golang.org/x/net/netutil"
 )
 
@@ -33,6 +35,8 @@ type serveFlags struct {
 	protectMetrics bool
 	// httpMaxConns caps the HTTP listener's open connections.
 	httpMaxConns int64
+	// tls names the certificate files of both listeners; empty: no TLS.
+	tls tlsconf.Files
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
@@ -51,6 +55,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
+	fs.StringVar(&f.tls.Cert, "tls-cert", e.str("FLOODGATE_TLS_CERT", ""), "PEM certificate (chain) for TLS on the HTTP and Redis-protocol listeners; reloaded on SIGHUP ($FLOODGATE_TLS_CERT)")
+	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
+	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return nil, code, false
 	}
@@ -64,6 +71,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 // server is a running floodgate serve: its listeners and the servers on
 // them.
 type server struct {
+	tls            *tlsconf.Reloader // nil without TLS
 	httpLn, respLn net.Listener
 	httpSrv        *http.Server
 	respSrv        *resp.Server
@@ -75,6 +83,11 @@ type server struct {
 func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, error) {
 	s := &server{errs: make(chan error, 2)}
 	var err error
+	if f.tls != (tlsconf.Files{}) {
+		if s.tls, err = tlsconf.Load(f.tls); err != nil {
+			return nil, err
+		}
+	}
 	if f.http != "" {
 		if f.httpMaxConns < 1 {
 			return nil, fmt.Errorf("--http-max-conns must be at least 1, got %d", f.httpMaxConns)
@@ -83,6 +96,9 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 			return nil, fmt.Errorf("--http: %w", err)
 		}
 		s.httpLn = netutil.LimitListener(s.httpLn, int(f.httpMaxConns))
+		if s.tls != nil {
+			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
+		}
 		s.httpSrv = &http.Server{
 			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Logger: log}),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
@@ -96,6 +112,9 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 			}
 			return nil, fmt.Errorf("--resp: %w", err)
 		}
+		if s.tls != nil {
+			s.respLn = tls.NewListener(s.respLn, s.tls.Config())
+		}
 		s.respSrv = resp.New(svc, &resp.Options{Token: f.token, Version: getVersion(), Logger: log})
 	}
 	if s.httpLn == nil && s.respLn == nil {
@@ -107,8 +126,12 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 // start serves on the listeners, each in a goroutine that shutdown waits
 // for, and prints where.
 func (s *server) start(stdout io.Writer) {
+	scheme, tlsNote := "http", ""
+	if s.tls != nil {
+		scheme, tlsNote = "https", ", TLS"
+	}
 	if s.httpLn != nil {
-		fmt.Fprintf(stdout, "HTTP API on http://%s (POST /v1/check, GET /v1/rules, /metrics)\n", s.httpLn.Addr())
+		fmt.Fprintf(stdout, "HTTP API on %s://%s (POST /v1/check, GET /v1/rules, /metrics)\n", scheme, s.httpLn.Addr())
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -118,7 +141,7 @@ func (s *server) start(stdout io.Writer) {
 		}()
 	}
 	if s.respLn != nil {
-		fmt.Fprintf(stdout, "Redis protocol on %s (CL.THROTTLE, FG.CHECK)\n", s.respLn.Addr())
+		fmt.Fprintf(stdout, "Redis protocol on %s (CL.THROTTLE, FG.CHECK%s)\n", s.respLn.Addr(), tlsNote)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -221,11 +244,7 @@ func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *se
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if f.config == "" {
-					log.Info("floodgate: SIGHUP without --config: nothing to reload")
-					continue
-				}
-				svc.Reload(f.config)
+				reload(f, svc, srv, log)
 				continue
 			}
 			log.Info("floodgate: shutting down", "signal", sig.String())
@@ -235,6 +254,25 @@ func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *se
 			return 1
 		case <-ctx.Done():
 			return 0
+		}
+	}
+}
+
+// reload reloads, on SIGHUP, the rules file and the TLS certificates; a
+// file that fails to load is logged and what was loaded stays in use.
+func reload(f *serveFlags, svc *service.Service, srv *server, log *slog.Logger) {
+	if f.config == "" && srv.tls == nil {
+		log.Info("floodgate: SIGHUP without --config or TLS: nothing to reload")
+		return
+	}
+	if f.config != "" {
+		svc.Reload(f.config)
+	}
+	if srv.tls != nil {
+		if err := srv.tls.Reload(); err != nil {
+			log.Error("floodgate: TLS files invalid; keeping the certificates in use", "error", err.Error())
+		} else {
+			log.Info("floodgate: TLS certificates reloaded")
 		}
 	}
 }
