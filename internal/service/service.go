@@ -60,21 +60,29 @@ type Service struct {
 	lastOK    atomic.Int64 // unix seconds of the last good (re)load
 }
 
-// ruleset is a configuration with a Limiter for each rule, prepared on
-// the store once, when the configuration is swapped in.
+// ruleset is a configuration with its rules prepared on the store once,
+// when the configuration is swapped in.
 type ruleset struct {
-	cfg      *config.Config
-	limiters map[string]*floodgate.Limiter
+	cfg   *config.Config
+	rules map[string]*rule
+}
+
+// rule is a configured rule, its Limiter, and the prefix of its keys in
+// the store.
+type rule struct {
+	config.Rule
+	lim    *floodgate.Limiter
+	prefix string // "r<length of name>:<name>:"; see ruleKey
 }
 
 func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
-	rs := &ruleset{cfg: cfg, limiters: make(map[string]*floodgate.Limiter, len(cfg.Rules))}
+	rs := &ruleset{cfg: cfg, rules: make(map[string]*rule, len(cfg.Rules))}
 	for _, r := range cfg.Rules {
 		lim, err := floodgate.NewLimiter(s.store, r.Limits, nil)
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
-		rs.limiters[r.Name] = lim
+		rs.rules[r.Name] = &rule{Rule: r, lim: lim, prefix: ruleKey(r.Name, "")}
 	}
 	return rs, nil
 }
@@ -193,8 +201,7 @@ func ruleKey(rule, key string) string {
 
 // Check decides a request of cost on key under the rule called rule.
 func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Decision, error) {
-	rs := s.rules.Load()
-	r, ok := rs.cfg.Rule(rule)
+	r, ok := s.rules.Load().rules[rule]
 	if !ok {
 		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
@@ -204,7 +211,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	if cost < 0 {
 		return Decision{}, fmt.Errorf("%w: cost must not be negative, got %d", ErrBadRequest, cost)
 	}
-	res, err := s.take(ctx, rs.limiters[rule], ruleKey(rule, key), cost)
+	res, err := s.take(ctx, r.lim, r.prefix+key, cost)
 	if err != nil {
 		s.decisions.Add(1, rule, "error")
 		return Decision{}, err
@@ -230,14 +237,14 @@ func (s *Service) take(ctx context.Context, lim *floodgate.Limiter, key string, 
 
 // Reset refills key under rule.
 func (s *Service) Reset(ctx context.Context, rule, key string) error {
-	lim, ok := s.rules.Load().limiters[rule]
+	r, ok := s.rules.Load().rules[rule]
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownRule, rule)
 	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	return lim.Reset(ctx, ruleKey(rule, key))
+	return r.lim.Reset(ctx, r.prefix+key)
 }
 
 // Throttle is redis-cell's CL.THROTTLE: a GCRA limit of count per period
