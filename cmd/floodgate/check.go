@@ -115,7 +115,7 @@ func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, req httpapi
 		return nil, false, fmt.Errorf("invalid rules file:\n%w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := openStore(sf, log)
+	st, err := openStore(sf, log, nil)
 	if err != nil {
 		return nil, false, err
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/resp"
 	"github.com/floodgate/floodgate/internal/service"
@@ -37,6 +39,9 @@ type serveFlags struct {
 	httpMaxConns int64
 	// tls names the certificate files of both listeners; empty: no TLS.
 	tls tlsconf.Files
+	// ui serves the dashboard at /ui/, sampling every uiStep.
+	ui     bool
+	uiStep time.Duration
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
@@ -55,6 +60,8 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
+	fs.BoolVar(&f.ui, "ui", e.bool("FLOODGATE_UI", true), "serve the dashboard at /ui/ on the HTTP listener ($FLOODGATE_UI)")
+	fs.DurationVar(&f.uiStep, "ui-step", e.duration("FLOODGATE_UI_STEP", 2*time.Second), "how often the dashboard samples the counters: its chart's resolution ($FLOODGATE_UI_STEP)")
 	fs.StringVar(&f.tls.Cert, "tls-cert", e.str("FLOODGATE_TLS_CERT", ""), "PEM certificate (chain) for TLS on the HTTP and Redis-protocol listeners; reloaded on SIGHUP ($FLOODGATE_TLS_CERT)")
 	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
 	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
@@ -71,6 +78,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 // server is a running floodgate serve: its listeners and the servers on
 // them.
 type server struct {
+	ui             bool              // the dashboard is served
 	tls            *tlsconf.Reloader // nil without TLS
 	httpLn, respLn net.Listener
 	httpSrv        *http.Server
@@ -80,8 +88,8 @@ type server struct {
 }
 
 // listen opens the listeners the flags ask for, and the servers for them.
-func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, error) {
-	s := &server{errs: make(chan error, 2)}
+func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
+	s := &server{errs: make(chan error, 2), ui: board != nil}
 	var err error
 	if f.tls != (tlsconf.Files{}) {
 		if s.tls, err = tlsconf.Load(f.tls); err != nil {
@@ -100,7 +108,7 @@ func listen(f *serveFlags, svc *service.Service, log *slog.Logger) (*server, err
 			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
 		}
 		s.httpSrv = &http.Server{
-			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Logger: log}),
+			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: log}),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
 		}
@@ -132,6 +140,9 @@ func (s *server) start(stdout io.Writer) {
 	}
 	if s.httpLn != nil {
 		fmt.Fprintf(stdout, "HTTP API on %s://%s (POST /v1/check, GET /v1/rules, /metrics)\n", scheme, s.httpLn.Addr())
+		if s.ui {
+			fmt.Fprintf(stdout, "Dashboard on %s://%s/ui/\n", scheme, s.httpLn.Addr())
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -192,18 +203,32 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
 		return 2
 	}
-	st, err := openStore(&f.store, log)
+	// The dashboard hears the fallback's switches and the service's
+	// denials, and reads the service: it is made last, and set before
+	// anything is served.
+	var board *dash.Dashboard
+	var onSwitch func(fallback.State)
+	var onDenied func(rule, key string)
+	if f.ui {
+		onSwitch = func(s fallback.State) { board.Switched(s) }
+		onDenied = func(rule, key string) { board.Denied(rule, key) }
+	}
+	st, err := openStore(&f.store, log, onSwitch)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
 	defer st.close()
-	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log})
+	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
-	srv, err := listen(f, svc, log)
+	if f.ui {
+		board = dash.New(svc, &dash.Options{Store: st.desc, Step: f.uiStep})
+		defer board.Close()
+	}
+	srv, err := listen(f, svc, board, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

@@ -96,8 +96,9 @@ type opened struct {
 	close    func()
 }
 
-// openStore opens the store the flags ask for.
-func openStore(f *storeFlags, log *slog.Logger) (*opened, error) {
+// openStore opens the store the flags ask for. onSwitch, when set, hears
+// the fallback's switches.
+func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (*opened, error) {
 	policy, err := fallback.ParsePolicy(f.policy)
 	if err != nil {
 		return nil, err
@@ -119,7 +120,7 @@ func openStore(f *storeFlags, log *slog.Logger) (*opened, error) {
 		return &opened{store: mem, memory: mem, desc: "embedded in-memory store", close: func() { mem.Close() }}, nil
 	}
 	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix})
-	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log}
+	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch}
 	if mem != nil {
 		o.Local = mem
 	}

@@ -4,6 +4,8 @@
 //	POST /v1/check/batch  {"checks":[{"rule":...,"key":...,"cost":...}, ...]}
 //	POST /v1/reset        {"rule":"api","key":"user:1"}
 //	GET  /v1/rules
+//	GET  /v1/inspect?rule=api&key=user:1   a key's state, without charging it
+//	GET  /v1/dashboard, /ui/               the dashboard (package dash)
 //	GET  /metrics, /healthz, /readyz
 //
 // A denial is a 200 with "allowed": false; 4xx answers mean the request
@@ -28,6 +30,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -45,6 +48,9 @@ type Options struct {
 	Token string
 	// ProtectMetrics requires the Token on /metrics as well.
 	ProtectMetrics bool
+	// Dashboard, when set, is served at /ui/ (and GET / redirects there),
+	// fed by GET /v1/dashboard, which requires the Token like /v1/.
+	Dashboard *dash.Dashboard
 	// Logger receives store failures. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -77,6 +83,24 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("POST", "/v1/check/batch", a.auth(a.batch))
 	handle("POST", "/v1/reset", a.auth(a.reset))
 	handle("GET", "/v1/rules", a.auth(a.rules))
+	handle("GET", "/v1/inspect", a.auth(a.inspect))
+	if d := o.Dashboard; d != nil {
+		handle("GET", "/v1/dashboard", a.auth(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "no-store")
+			writeJSON(w, http.StatusOK, d.Snapshot())
+		}))
+		// The page's files hold no data: it asks for the token, and the
+		// endpoints that feed it check it.
+		assets := http.StripPrefix("/ui", dash.Assets())
+		mux.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			assets.ServeHTTP(w, r)
+		}))
+		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/ui/", http.StatusFound)
+		})
+	}
 	metrics := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		svc.Metrics.Write(w)
@@ -234,6 +258,20 @@ func (a *api) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// inspect answers GET /v1/inspect?rule=R&key=K: the key's state under the
+// rule, as a check of cost 0 reports it, without counting as traffic.
+func (a *api) inspect(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	d, err := a.svc.Peek(r.Context(), q.Get("rule"), q.Get("key"))
+	if err != nil {
+		problem(w, statusOf(err), err.Error())
+		return
+	}
+	resp := NewCheckResponse(d)
+	resp.Allowed, resp.WouldDeny = d.Result.Remaining > 0, false
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // RuleInfo describes a rule in GET /v1/rules.

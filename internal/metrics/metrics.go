@@ -156,6 +156,17 @@ func (h *Histogram) Observe(seconds float64) {
 	h.sumMicros.Add(uint64(math.Max(0, seconds*1e6)))
 }
 
+// Snapshot returns the histogram's upper bounds, its count per bucket
+// (one more than bounds: the last is +Inf) and the sum of its values in
+// microseconds.
+func (h *Histogram) Snapshot() (bounds []float64, counts []uint64, sumMicros uint64) {
+	counts = make([]uint64, len(h.counts))
+	for i := range h.counts {
+		counts[i] = h.counts[i].Load()
+	}
+	return h.bounds, counts, h.sumMicros.Load()
+}
+
 func (h *Histogram) write(w io.Writer) {
 	header(w, h.name, h.help, "histogram")
 	var total uint64

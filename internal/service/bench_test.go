@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -24,5 +25,37 @@ func BenchmarkCheck(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		svc.Check(ctx, "example", "user:42", 0)
+	}
+}
+
+// BenchmarkCheckDenied is a denied decision, without and with a hook that
+// counts denials as the dashboard's does.
+func BenchmarkCheckDenied(b *testing.B) {
+	for _, tt := range []struct {
+		name string
+		hook func(rule, key string)
+	}{{"no-dashboard", nil}, {"dashboard", nil}} {
+		b.Run(tt.name, func(b *testing.B) {
+			st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+			defer st.Close()
+			var board *dash.Dashboard
+			if tt.name == "dashboard" {
+				tt.hook = func(rule, key string) { board.Denied(rule, key) }
+			}
+			svc, err := service.New(st, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler), OnDenied: tt.hook})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if tt.hook != nil {
+				board = dash.New(svc, nil)
+				defer board.Close()
+			}
+			ctx := context.Background()
+			svc.Check(ctx, "example", "user:42", 20) // empty: every later check is denied
+			b.ReportAllocs()
+			for b.Loop() {
+				svc.Check(ctx, "example", "user:42", 1)
+			}
+		})
 	}
 }

@@ -48,6 +48,7 @@ type Decision struct {
 // Service decides requests against the current rules. It is safe for
 // concurrent use.
 type Service struct {
+	onDenied func(rule, key string)
 	store    floodgate.Store
 	fallback *fallback.Store // nil without Redis
 	rules    atomic.Pointer[ruleset]
@@ -98,6 +99,10 @@ type Options struct {
 	Memory *floodgate.MemoryStore
 	// Logger receives reloads and their failures. Default: slog.Default().
 	Logger *slog.Logger
+	// OnDenied, when set, is called with the rule and the key of every
+	// denied check (shadow rules' included; CL.THROTTLE's as rule
+	// "CL.THROTTLE"), from the checking goroutine. It must be fast.
+	OnDenied func(rule, key string)
 }
 
 // New returns a Service over store with the rules cfg. It fails when the
@@ -111,7 +116,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		o.Logger = slog.Default()
 	}
 	fb := o.Fallback
-	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}}
+	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -222,11 +227,52 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 		s.decisions.Add(1, rule, "allowed")
 	case r.Shadow:
 		s.decisions.Add(1, rule, "shadow_denied")
+		s.denied(rule, key)
 	default:
 		s.decisions.Add(1, rule, "denied")
+		s.denied(rule, key)
 	}
 	return d, nil
 }
+
+func (s *Service) denied(rule, key string) {
+	if s.onDenied != nil {
+		s.onDenied(rule, key)
+	}
+}
+
+// Peek reports key's state under rule, as a check of cost 0 would, but is
+// not counted as a decision: it is for looking, not traffic.
+func (s *Service) Peek(ctx context.Context, rule, key string) (Decision, error) {
+	r, ok := s.rules.Load().rules[rule]
+	if !ok {
+		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	res, err := r.lim.Peek(ctx, r.prefix+key)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Policy: res.Name}, nil
+}
+
+// Decisions returns how many checks of rule ("CL.THROTTLE" for those)
+// were allowed and denied since start; a shadow rule's denials count as
+// denied.
+func (s *Service) Decisions(rule string) (allowed, denied uint64) {
+	return s.decisions.Get(rule, "allowed"), s.decisions.Get(rule, "denied") + s.decisions.Get(rule, "shadow_denied")
+}
+
+// Latency returns the store latency histogram's bounds (seconds), counts
+// per bucket (the last is +Inf) and sum in microseconds since start.
+func (s *Service) Latency() (bounds []float64, counts []uint64, sumMicros uint64) {
+	return s.latency.Snapshot()
+}
+
+// Fallback returns the fallback store in front of Redis, or nil.
+func (s *Service) Fallback() *fallback.Store { return s.fallback }
 
 func (s *Service) take(ctx context.Context, lim *floodgate.Limiter, key string, n int64) (floodgate.Result, error) {
 	start := time.Now()
@@ -277,6 +323,9 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 		outcome = "denied"
 	}
 	s.decisions.Add(1, "CL.THROTTLE", outcome)
+	if outcome == "denied" {
+		s.denied("CL.THROTTLE", key)
+	}
 	return res, err
 }
 

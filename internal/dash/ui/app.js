@@ -1,0 +1,213 @@
+// floodgate's dashboard: polls GET /v1/dashboard every second and draws
+// it. The token, when the server has one, is asked once and kept for the
+// browser tab (sessionStorage), and sent as a bearer header.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+let token = sessionStorage.getItem("floodgate-token") || "";
+let chart = null, latencyChart = null, last = null;
+
+async function api(path) {
+  const headers = token ? { Authorization: "Bearer " + token } : {};
+  const r = await fetch(path, { headers, cache: "no-store" });
+  if (r.status === 401) throw new Error("unauthorized");
+  if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.statusText);
+  return r.json();
+}
+
+function askToken(message) {
+  $("main").hidden = true;
+  $("token-form").hidden = false;
+  $("token-error").textContent = message || "";
+  $("token").focus();
+}
+
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = $("token").value;
+  sessionStorage.setItem("floodgate-token", token);
+  poll();
+});
+
+function text(el, s) { el.textContent = s; return el; }
+function cell(tr, s, cls) { const td = text(document.createElement("td"), s); if (cls) td.className = cls; tr.appendChild(td); return td; }
+function fmt(n) { return n >= 100 ? Math.round(n).toString() : (Math.round(n * 10) / 10).toString(); }
+
+// Vertical lines at the switches to and from the fallback.
+function eventsPlugin() {
+  return {
+    hooks: {
+      draw: [(u) => {
+        if (!last) return;
+        const ctx = u.ctx;
+        ctx.save();
+        for (const ev of last.store.events) {
+          const x = u.valToPos(ev.at / 1000, "x", true);
+          if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+          ctx.strokeStyle = ev.state === "degraded" ? "#c62828" : "#2e7d32";
+          ctx.lineWidth = 2;
+          ctx.setLineDash([4, 4]);
+          ctx.beginPath();
+          ctx.moveTo(x, u.bbox.top);
+          ctx.lineTo(x, u.bbox.top + u.bbox.height);
+          ctx.stroke();
+        }
+        ctx.restore();
+      }],
+    },
+  };
+}
+
+function width(el) { return Math.max(300, el.clientWidth - 8); }
+
+// The x axis spans the samples held, up to the last 15 minutes, even
+// when there are only one or two.
+function xRange() {
+  if (!last || !last.times.length) return [Date.now() / 1000 - 60, Date.now() / 1000];
+  const end = last.times[last.times.length - 1] / 1000;
+  const start = Math.min(last.times[0] / 1000, end - 10 * last.step_ms / 1000);
+  return [start, end];
+}
+
+function drawTraffic(s) {
+  const rule = $("rule-select").value;
+  const names = rule ? [rule] : Object.keys(s.series);
+  const n = s.times.length;
+  const allowed = new Array(n).fill(0), denied = new Array(n).fill(0);
+  for (const name of names) {
+    const ser = s.series[name];
+    if (!ser) continue;
+    for (let i = 0; i < n; i++) { allowed[i] += ser.allowed[i]; denied[i] += ser.denied[i]; }
+  }
+  const data = [s.times.map((t) => t / 1000), allowed, denied];
+  const el = $("chart");
+  if (!chart) {
+    chart = new uPlot({
+      width: width(el), height: 260, plugins: [eventsPlugin()],
+      scales: { x: { time: true, range: xRange }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+      axes: [{}, { label: "decisions/s", size: 60 }],
+      series: [{}, { label: "allowed", stroke: "#2e7d32", fill: "rgba(46,125,50,.08)" },
+        { label: "denied", stroke: "#c62828", fill: "rgba(198,40,40,.08)" }],
+    }, data, el);
+  } else {
+    chart.setData(data);
+  }
+  el.dataset.points = String(allowed.filter((v, i) => v + denied[i] > 0).length);
+  el.dataset.denied = String(denied.reduce((a, b) => a + b, 0));
+}
+
+function drawLatency(s) {
+  const data = [s.times.map((t) => t / 1000), s.store.latency_p50_ms, s.store.latency_p99_ms];
+  if (!latencyChart) {
+    latencyChart = new uPlot({
+      width: width($("latency")), height: 160, plugins: [eventsPlugin()],
+      scales: { x: { time: true, range: xRange }, y: { range: (u, min, max) => [0, Math.max(0.5, max * 1.2)] } },
+      axes: [{}, { label: "ms", size: 50 }],
+      series: [{}, { label: "p50", stroke: "#1565c0" }, { label: "p99", stroke: "#ef6c00" }],
+    }, data, $("latency"));
+  } else {
+    latencyChart.setData(data);
+  }
+}
+
+function drawStore(s) {
+  text($("store-name"), s.store.name);
+  const degraded = s.store.state === "degraded";
+  const badge = text($("store-state"), degraded ? "fallback answering" : "store answering");
+  badge.className = "badge" + (degraded ? " degraded" : "");
+  badge.dataset.state = s.store.state;
+  const ul = $("events");
+  ul.replaceChildren();
+  const evs = s.store.events.slice(-10).reverse();
+  for (const ev of evs) {
+    const li = document.createElement("li");
+    li.className = "event";
+    li.dataset.state = ev.state;
+    text(li, new Date(ev.at).toLocaleTimeString() + ": " + (ev.state === "degraded" ? "store failing, fallback answers" : "store back"));
+    ul.appendChild(li);
+  }
+  if (!evs.length) ul.appendChild(text(Object.assign(document.createElement("li"), { className: "muted" }), "none"));
+}
+
+function drawTop(s) {
+  const tbody = $("top").tBodies[0];
+  tbody.replaceChildren();
+  const rows = [];
+  for (const [rule, keys] of Object.entries(s.top)) for (const k of keys) rows.push([rule, k]);
+  rows.sort((a, b) => b[1].count - a[1].count);
+  for (const [rule, k] of rows.slice(0, 25)) {
+    const tr = document.createElement("tr");
+    tr.className = "top-key";
+    cell(tr, rule);
+    cell(tr, k.key).className = "key";
+    cell(tr, k.error ? `${k.count} (±${k.error})` : String(k.count), "num");
+    tbody.appendChild(tr);
+  }
+  if (!rows.length) { const tr = document.createElement("tr"); cell(tr, "no denials", "muted").colSpan = 3; tbody.appendChild(tr); }
+  text($("top-note"), `Counted in bounded memory (Space-Saving); a count is at most its ± over the truth, and at most ${s.top_error_bound} is ever uncertain.`);
+}
+
+function drawRules(s) {
+  const tbody = $("rules").tBodies[0];
+  const sel = $("rule-select"), ins = $("inspect-rule");
+  const names = s.rules.map((r) => r.name).join("\n");
+  if (tbody.dataset.names === names) return;
+  tbody.dataset.names = names;
+  tbody.replaceChildren();
+  const keep = sel.value, keepIns = ins.value;
+  sel.replaceChildren(Object.assign(document.createElement("option"), { value: "", textContent: "all rules" }));
+  ins.replaceChildren();
+  for (const r of s.rules) {
+    const tr = document.createElement("tr");
+    cell(tr, r.name);
+    cell(tr, r.limits.join("; "));
+    const t = cell(tr, "");
+    if (r.shadow) t.appendChild(text(Object.assign(document.createElement("span"), { className: "tag" }), "shadow"));
+    tbody.appendChild(tr);
+    sel.appendChild(Object.assign(document.createElement("option"), { value: r.name, textContent: r.name }));
+    ins.appendChild(Object.assign(document.createElement("option"), { value: r.name, textContent: r.name }));
+  }
+  sel.value = keep; ins.value = keepIns || (s.rules[0] || {}).name || "";
+}
+
+$("rule-select").addEventListener("change", () => last && drawTraffic(last));
+
+$("inspect").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const q = new URLSearchParams({ rule: $("inspect-rule").value, key: $("inspect-key").value });
+  try {
+    const r = await api("/v1/inspect?" + q);
+    text($("inspect-out"), `remaining ${r.remaining} of ${r.limit}` +
+      (r.policy ? ` (limit "${r.policy}")` : "") +
+      `\nfull again in ${r.reset_after_ms} ms\nsource: ${r.source}`).className = "";
+  } catch (err) {
+    text($("inspect-out"), err.message).className = "error";
+  }
+});
+
+async function poll() {
+  try {
+    const s = await api("/v1/dashboard");
+    last = s;
+    $("token-form").hidden = true;
+    $("main").hidden = false;
+    drawRules(s);
+    drawStore(s);
+    drawTraffic(s);
+    drawLatency(s);
+    drawTop(s);
+    text($("updated"), "updated " + new Date(s.now).toLocaleTimeString());
+    document.body.dataset.updated = String(s.now);
+  } catch (err) {
+    if (err.message === "unauthorized") { askToken(token ? "wrong token" : ""); return; }
+    text($("updated"), "cannot reach floodgate: " + err.message);
+  }
+  setTimeout(poll, 1000);
+}
+
+window.addEventListener("resize", () => {
+  if (chart) chart.setSize({ width: width($("chart")), height: 260 });
+  if (latencyChart) latencyChart.setSize({ width: width($("latency")), height: 160 });
+});
+
+poll();
