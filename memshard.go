@@ -44,7 +44,6 @@ type memShard struct {
 type memList struct{ head memEntry }
 
 func (l *memList) init()             { l.head.prev, l.head.next = &l.head, &l.head }
-func (l *memList) empty() bool       { return l.head.next == &l.head }
 func (l *memList) oldest() *memEntry { return l.head.prev }
 
 func (l *memList) pushFront(e *memEntry) {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/nettest"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/tlstest"
 	"github.com/redis/go-redis/v9"
@@ -202,18 +203,7 @@ func TestStopWithStuckClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	big := strings.Repeat("x", 8000)
-	blocked := false
-	for range 8000 {
-		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		if _, err := io.WriteString(c, "ECHO "+big+"\r\n"); err != nil {
-			blocked = true
-			break
-		}
-	}
-	if !blocked {
-		t.Fatal("the server kept reading a client that never reads")
-	}
+	nettest.FillUntilBlocked(t, c)
 	h, err := net.Dial("tcp", strings.TrimPrefix(in.httpURL, "http://"))
 	if err != nil {
 		t.Fatal(err)

@@ -91,46 +91,34 @@ func (e *env) str(name, def string) string {
 
 // int returns $name as a whole number, or def when it is unset.
 func (e *env) int(name string, def int64) int64 {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	i, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not a whole number", name, v))
-		return def
-	}
-	return i
+	return parseEnv(e, name, def, "a whole number", func(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) })
 }
 
 // bool returns $name as a boolean (1, t, true, 0, f, false, ...), or def
 // when it is unset.
 func (e *env) bool(name string, def bool) bool {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not true or false", name, v))
-		return def
-	}
-	return b
+	return parseEnv(e, name, def, "true or false", strconv.ParseBool)
 }
 
 // duration returns $name as a duration ("50ms", "1s"), or def when it is
 // unset.
 func (e *env) duration(name string, def time.Duration) time.Duration {
+	return parseEnv(e, name, def, "a duration (like 50ms or 1s)", time.ParseDuration)
+}
+
+// parseEnv returns $name parsed by parse, or def when it is unset or
+// malformed; a malformed value is kept as an error saying it is not what.
+func parseEnv[T any](e *env, name string, def T, what string, parse func(string) (T, error)) T {
 	v, ok := os.LookupEnv(name)
 	if !ok {
 		return def
 	}
-	d, err := time.ParseDuration(strings.TrimSpace(v))
+	x, err := parse(strings.TrimSpace(v))
 	if err != nil {
-		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not a duration (like 50ms or 1s)", name, v))
+		e.errs = append(e.errs, fmt.Errorf("$%s: %q is not %s", name, v, what))
 		return def
 	}
-	return d
+	return x
 }
 
 // err returns the malformed variables as one error, or nil.

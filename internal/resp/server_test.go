@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/nettest"
 	"github.com/floodgate/floodgate/internal/service"
 	"go.uber.org/goleak"
 )
@@ -150,20 +151,7 @@ func (h countHandler) WithGroup(string) slog.Handler             { return h }
 func TestClientThatNeverReads(t *testing.T) {
 	srv, addr := listening(t, nil, &Options{WriteTimeout: time.Hour})
 	c := dial(t, addr)
-	big := strings.Repeat("x", MaxBulk-100)
-	// Write until the server stops reading: its replies have filled both
-	// socket buffers and its own write is blocked.
-	blocked := false
-	for range 8000 { // 64 MB of replies at most: more than any socket buffer
-		c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		if _, err := io.WriteString(c, "ECHO "+big+"\r\n"); err != nil {
-			blocked = true
-			break
-		}
-	}
-	if !blocked {
-		t.Fatal("the server kept reading a client that never reads")
-	}
+	nettest.FillUntilBlocked(t, c)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
