@@ -168,21 +168,55 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 // than its own context allows.
 const batchTimeout = 5 * time.Second
 
-// NewFromURL returns a Store on a new client for url, which Close closes:
-// redis://[user:password@]host:port[/db], or rediss:// for TLS, with
-// go-redis's query options (dial_timeout, pool_size, ...). For Cluster or
-// Sentinel, build the client yourself and call New.
+// NewFromURL returns a Store on a new client for url (see NewClient),
+// which Close closes.
 func NewFromURL(url string, opts *Options) (*Store, error) {
+	client, err := NewClient(url)
+	if err != nil {
+		return nil, err
+	}
+	s := New(client, opts)
+	s.owned = true
+	return s, nil
+}
+
+// NewClient returns a go-redis client for url:
+//
+//   - redis://[user:password@]host:port[/db], or rediss:// for TLS: one
+//     server, with go-redis's query options (dial_timeout, pool_size, ...);
+//   - redis+sentinel://[sentinel-user:sentinel-password@]host:port[/db]?master_name=NAME[&addr=host2:port2...],
+//     or rediss+sentinel://: the master that the Sentinels at host:port and
+//     every addr name, found again after a failover. The master's own
+//     credentials are the query options username and password.
+//
+// Every client it returns bounds its waits by the context's deadline
+// (ContextTimeoutEnabled), so that a hung server costs a caller no more
+// than its context allows (see package fallback).
+func NewClient(url string) (redis.UniversalClient, error) {
+	if rest, ok := strings.CutPrefix(url, "redis+sentinel://"); ok {
+		return failoverClient("redis://" + rest)
+	}
+	if rest, ok := strings.CutPrefix(url, "rediss+sentinel://"); ok {
+		return failoverClient("rediss://" + rest)
+	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	// Deadlines bound socket reads too, so that a hung server costs a
-	// caller no more than its context allows (see package fallback).
 	o.ContextTimeoutEnabled = true
-	s := New(redis.NewClient(o), opts)
-	s.owned = true
-	return s, nil
+	return redis.NewClient(o), nil
+}
+
+func failoverClient(url string) (redis.UniversalClient, error) {
+	o, err := redis.ParseFailoverURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: sentinel URL: %w", err)
+	}
+	if o.MasterName == "" {
+		return nil, errors.New("redisstore: a sentinel URL needs master_name=<the monitored master's name>")
+	}
+	o.ContextTimeoutEnabled = true
+	return redis.NewFailoverClient(o), nil
 }
 
 // Prepare implements floodgate.Store. It works out once what every

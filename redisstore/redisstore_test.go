@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
@@ -394,6 +396,9 @@ func TestNewFromURL(t *testing.T) {
 	if n, err := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "s3cret", DB: 2}).DBSize(context.Background()).Result(); err != nil || n != 1 {
 		t.Fatalf("db 2 holds %d keys (%v), want 1", n, err)
 	}
+	if _, err := redisstore.NewFromURL("redis+sentinel://127.0.0.1:1/0", nil); err == nil || !strings.Contains(err.Error(), "master_name") {
+		t.Errorf("a sentinel URL without master_name: %v", err)
+	}
 	if _, err := redisstore.NewFromURL("http://nope", nil); err == nil {
 		t.Fatal("NewFromURL accepted an http URL")
 	}
@@ -655,3 +660,51 @@ func newStore(t testing.TB, client redis.UniversalClient, opts *redisstore.Optio
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var limiter = storetest.Limiter
+
+// Through Sentinel: NewFromURL finds the master, and after a failover
+// (SENTINEL FAILOVER, then a SIGKILL of the old master) a fallback store in
+// front of it answers every call, and decisions come from Redis again.
+func TestSentinel(t *testing.T) {
+	rig := redistest.StartSentinel(t)
+	st, err := redisstore.NewFromURL(rig.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fb := fallback.New(st, &fallback.Options{Budget: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer fb.Close()
+	lim := limiter(t, fb, floodgate.TokenBucket(1, time.Minute, 1000))
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Source != floodgate.SourceStore {
+		t.Fatalf("through Sentinel: %+v, %v", r, err)
+	}
+	if n := rig.Master.Client(t).Exists(ctx, "floodgate:{k}:0b").Val(); n != 1 {
+		t.Fatal("the decision did not reach the master")
+	}
+	rig.Failover(t)
+	promoted := time.Now()
+	rig.Master.Kill()
+	var errs, local int
+	var back time.Duration
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		r, err := lim.Allow(ctx, "k")
+		switch {
+		case err != nil:
+			errs++
+		case r.Source == floodgate.SourceStore:
+			back = time.Since(promoted)
+		default:
+			local++
+		}
+		if back > 0 {
+			break
+		}
+	}
+	if errs != 0 || back == 0 {
+		t.Fatalf("after the failover: %d errors, back on Redis after %s (%d local decisions)", errs, back, local)
+	}
+	t.Logf("decisions came from Redis again %s after the promotion (%d answered locally meanwhile)", back.Round(time.Millisecond), local)
+	if n := rig.Replica.Client(t).Exists(ctx, "floodgate:{k}:0b").Val(); n != 1 {
+		t.Error("decisions after the failover did not reach the new master")
+	}
+}

@@ -207,3 +207,141 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }
+
+// Sentinel is a master, one replica and three Sentinels watching them.
+type Sentinel struct {
+	MasterName string
+	Master     *Server
+	Replica    *Server
+	Sentinels  []*Server
+}
+
+// StartSentinel starts a master, a replica of it and three Sentinels
+// (redis-server --sentinel) that monitor it as "mymaster" with a quorum of
+// two, and waits until each Sentinel knows the replica and the others, so
+// that a failover can happen.
+func StartSentinel(t testing.TB) *Sentinel {
+	t.Helper()
+	bin := need(t, "redis-server")
+	s := &Sentinel{MasterName: "mymaster", Master: Start(t)}
+	s.Replica = Start(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(s.Master.Addr, "127.0.0.1:"))
+	masterPort := strings.TrimPrefix(s.Master.Addr, "127.0.0.1:")
+	for range 3 {
+		var sen *Server
+		var err error
+		for attempt := 0; attempt < 5 && sen == nil; attempt++ {
+			sen, err = startSentinel(t, bin, freePort(t), masterPort)
+		}
+		if sen == nil {
+			t.Fatalf("starting a sentinel: %v", err)
+		}
+		s.Sentinels = append(s.Sentinels, sen)
+	}
+	for _, sen := range s.Sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
+		err := waitFor(15*time.Second, func() error {
+			reps, err := c.Replicas(context.Background(), s.MasterName).Result()
+			if err == nil && len(reps) == 0 {
+				err = fmt.Errorf("no replica known yet")
+			}
+			if err != nil {
+				return err
+			}
+			sens, err := c.Sentinels(context.Background(), s.MasterName).Result()
+			if err == nil && len(sens) < 2 {
+				err = fmt.Errorf("%d other sentinels known", len(sens))
+			}
+			return err
+		})
+		c.Close()
+		if err != nil {
+			t.Fatalf("sentinel %s: %v", sen.Addr, err)
+		}
+	}
+	return s
+}
+
+func startSentinel(t testing.TB, bin string, port int, masterPort string) (*Server, error) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	err := os.WriteFile(conf, []byte(fmt.Sprintf(`port %d
+bind 127.0.0.1
+dir %s
+logfile %s
+daemonize no
+sentinel monitor mymaster 127.0.0.1 %s 2
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 10000
+sentinel parallel-syncs mymaster 1
+`, port, dir, filepath.Join(dir, "sentinel.log"), masterPort)), 0o600)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{conf, "--sentinel"}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, args: args}
+	t.Cleanup(s.Stop)
+	if err := waitPing(s.Addr, 5*time.Second); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// URL is the redis+sentinel:// URL of the master, naming every Sentinel.
+func (s *Sentinel) URL() string {
+	u := "redis+sentinel://" + s.Sentinels[0].Addr + "/0?master_name=" + s.MasterName
+	for _, sen := range s.Sentinels[1:] {
+		u += "&addr=" + sen.Addr
+	}
+	return u
+}
+
+// MasterAddr returns the master's address as the first Sentinel reports
+// it.
+func (s *Sentinel) MasterAddr() (string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr})
+	defer c.Close()
+	a, err := c.GetMasterAddrByName(context.Background(), s.MasterName).Result()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(a[0], a[1]), nil
+}
+
+// Failover asks the first Sentinel to fail the master over to its
+// replica (SENTINEL FAILOVER), and waits until the Sentinels name the
+// replica as master.
+func (s *Sentinel) Failover(t testing.TB) {
+	t.Helper()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr})
+	defer c.Close()
+	if err := c.Failover(context.Background(), s.MasterName).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	err := waitFor(20*time.Second, func() error {
+		a, err := s.MasterAddr()
+		if err == nil && a != s.Replica.Addr {
+			err = fmt.Errorf("master still %s", a)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+}
+
+// waitFor calls f every 50ms until it returns nil, for at most within.
+func waitFor(within time.Duration, f func() error) error {
+	var err error
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err = f(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
