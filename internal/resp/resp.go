@@ -104,6 +104,11 @@ type Options struct {
 	WriteTimeout time.Duration
 	// MaxAuthFailures wrong passwords close a connection. Default: 3.
 	MaxAuthFailures int
+	// EvictIdleAfter: at MaxConns, a new connection closes the one idle the
+	// longest if it has sent nothing for this long, so that idle
+	// connections cannot keep out working clients, with a token or
+	// without. Default: 1 second.
+	EvictIdleAfter time.Duration
 }
 
 // New returns a Server over svc.
@@ -132,6 +137,9 @@ func New(svc *service.Service, opts *Options) *Server {
 	}
 	if o.MaxAuthFailures <= 0 {
 		o.MaxAuthFailures = 3
+	}
+	if o.EvictIdleAfter <= 0 {
+		o.EvictIdleAfter = time.Second
 	}
 	s := &Server{svc: svc, token: o.Token, version: o.Version, log: o.Logger, o: o, conns: map[net.Conn]*conn{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -176,6 +184,9 @@ func (s *Server) Serve(ln net.Listener) error {
 			// that may: the oldest of them makes room.
 			s.unauth[0].c.Close()
 			s.unauth = s.unauth[1:]
+		} else if !s.closing && len(s.conns) >= s.o.MaxConns && s.closeIdlest() {
+			// At the cap, a connection idle for a while makes room, so
+			// that idle connections cannot keep out a working client.
 		} else if s.closing || len(s.conns) >= s.o.MaxConns {
 			s.mu.Unlock()
 			c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -193,6 +204,23 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		go s.serveConn(cc)
 	}
+}
+
+// closeIdlest closes the connection idle the longest, if it has been idle
+// for EvictIdleAfter, and reports whether it did. s.mu is held.
+func (s *Server) closeIdlest() bool {
+	var idlest *conn
+	for _, c := range s.conns {
+		if idlest == nil || c.active.Load() < idlest.active.Load() {
+			idlest = c
+		}
+	}
+	if idlest == nil || time.Since(time.Unix(0, idlest.active.Load())) < s.o.EvictIdleAfter {
+		return false
+	}
+	idlest.c.Close()
+	idlest.active.Store(time.Now().UnixNano()) // not picked again while it closes
+	return true
 }
 
 // authenticated moves c out of the connections waiting to authenticate.
@@ -249,7 +277,8 @@ type conn struct {
 	id       int64
 	proto    int
 	authed   bool
-	failures int // wrong passwords on this connection
+	failures int          // wrong passwords on this connection
+	active   atomic.Int64 // unix ns of its last command, or of its start
 }
 
 // deadlineWriter gives every write to a connection a deadline, so that a
@@ -265,8 +294,10 @@ func (w deadlineWriter) Write(p []byte) (int, error) {
 }
 
 func (s *Server) newConn(nc net.Conn, id int64) *conn {
-	return &conn{s: s, c: nc, ctx: s.ctx, r: bufio.NewReaderSize(nc, 16<<10),
+	c := &conn{s: s, c: nc, ctx: s.ctx, r: bufio.NewReaderSize(nc, 16<<10),
 		w: bufio.NewWriterSize(deadlineWriter{nc, s.o.WriteTimeout}, 16<<10), id: id, proto: 2, authed: s.token == ""}
+	c.active.Store(time.Now().UnixNano())
+	return c
 }
 
 func (s *Server) serveConn(c *conn) {
@@ -310,6 +341,7 @@ func (s *Server) serveConn(c *conn) {
 		if len(args) == 0 {
 			continue
 		}
+		c.active.Store(time.Now().UnixNano())
 		if !c.dispatch(args) {
 			c.w.Flush()
 			return

@@ -111,6 +111,19 @@ func TestUnauthenticatedCannotExhaust(t *testing.T) {
 	}
 }
 
+// Without a token too, idle connections cannot fill the cap: at it, a
+// new connection closes the one idle the longest.
+func TestIdleCannotExhaust(t *testing.T) {
+	_, addr := listening(t, nil, &Options{MaxConns: 10, EvictIdleAfter: time.Nanosecond})
+	for range 30 {
+		dial(t, addr)
+	}
+	c := dial(t, addr)
+	if got := roundTrip(t, c, bufio.NewReader(c), "PING"); got[0] != "+PONG" {
+		t.Fatalf("a client after 30 idle connections: %v", got)
+	}
+}
+
 // Wrong passwords are counted, close the connection after a few, and are
 // logged at most once a second.
 func TestAuthGuessing(t *testing.T) {
