@@ -112,6 +112,12 @@ type Options struct {
 	// ProbeInterval is how often the open breaker probes the primary, and
 	// the RetryAfter of a FailClosed denial. Default: 100ms.
 	ProbeInterval time.Duration
+	// HealthInterval, when positive, keeps the probe loop running while
+	// the primary is in use too: it probes the primary every
+	// HealthInterval, and one failed probe opens the breaker at once. Then
+	// State (and a service's readiness) follows the primary's health even
+	// with no traffic. Default: 0, probe only while the breaker is open.
+	HealthInterval time.Duration
 	// ProbeKey is the key that probes write to, with a limit so high that
 	// they are never denied. Default: "floodgate-probe".
 	ProbeKey string
@@ -148,6 +154,7 @@ type Store struct {
 	budget    time.Duration
 	threshold int64
 	interval  time.Duration
+	health    time.Duration // 0: the probe loop runs only while degraded
 	probeKey  string
 	probe     core.Policy // the primary's policy for probes
 	clock     floodgate.Clock
@@ -208,7 +215,7 @@ func New(primary floodgate.Store, opts *Options) *Store {
 	}
 	s := &Store{
 		primary: primary, local: o.Local, policy: o.Policy, instances: o.Instances,
-		budget: o.Budget, threshold: int64(o.Threshold), interval: o.ProbeInterval,
+		budget: o.Budget, threshold: int64(o.Threshold), interval: o.ProbeInterval, health: max(o.HealthInterval, 0),
 		probeKey: o.ProbeKey, clock: o.Clock, log: o.Logger, onSwitch: o.OnSwitch,
 	}
 	if s.local == nil && s.policy == Local {
@@ -222,7 +229,31 @@ func New(primary floodgate.Store, opts *Options) *Store {
 		s.probe = failing{err}
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	if s.health > 0 {
+		s.wg.Add(1)
+		go s.probeLoop()
+	}
 	return s
+}
+
+// Probe checks the primary now, with one probe decision within the
+// budget: when it fails, the breaker opens at once (and the error is
+// returned); when it succeeds while the breaker is open, the probe loop
+// closes it within a probe interval. floodgate serve calls it at start,
+// so that its readiness reflects Redis from the first moment.
+func (s *Store) Probe(ctx context.Context) error {
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	s.stats.probes.Add(1)
+	_, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
+		return s.probe.Take(ctx, s.probeKey, 1)
+	})
+	if err != nil {
+		s.stats.failures.Add(1)
+		s.open(err)
+	}
+	return err
 }
 
 // State reports whether decisions currently go to the primary.
@@ -368,7 +399,16 @@ func callPrimary(s *Store, ctx context.Context, f func(context.Context) (core.De
 // threshold.
 func (s *Store) failed(err error) {
 	s.stats.failures.Add(1)
-	if s.fails.Add(1) < s.threshold || !s.degraded.CompareAndSwap(false, true) {
+	if s.fails.Add(1) < s.threshold {
+		return
+	}
+	s.open(err)
+}
+
+// open opens the breaker, unless it is open already, and starts the probe
+// loop unless it always runs.
+func (s *Store) open(err error) {
+	if !s.degraded.CompareAndSwap(false, true) {
 		return
 	}
 	s.mu.Lock()
@@ -379,21 +419,31 @@ func (s *Store) failed(err error) {
 	s.since = s.clock.Now()
 	s.stats.switches.Add(1)
 	s.log.Warn("floodgate: primary store failing; answering by policy until it recovers",
-		"policy", s.policy.String(), "failures", s.threshold, "error", err.Error())
+		"policy", s.policy.String(), "error", err.Error())
 	if s.onSwitch != nil {
 		s.onSwitch(Degraded)
 	}
-	s.wg.Add(1)
-	go s.probeLoop()
+	if s.health == 0 {
+		s.wg.Add(1)
+		go s.probeLoop()
+	}
 }
 
-// probeLoop is the breaker's one probe loop: it runs while the breaker is
-// open, calls the primary every interval, and closes the breaker when the
-// primary answers within the budget. Close stops it.
+// probeLoop is the Store's one probe loop: while the breaker is open it
+// calls the primary every probe interval and closes the breaker when the
+// primary answers within the budget. With a HealthInterval it always runs,
+// and while the primary is in use probes it every HealthInterval, opening
+// the breaker on a failure; otherwise it ends when the breaker closes.
+// Close stops it.
 func (s *Store) probeLoop() {
 	defer s.wg.Done()
 	for {
-		if s.clock.Sleep(s.stopCtx, s.interval) != nil {
+		degraded := s.degraded.Load()
+		interval := s.interval
+		if !degraded {
+			interval = s.health
+		}
+		if s.clock.Sleep(s.stopCtx, interval) != nil {
 			return
 		}
 		s.stats.probes.Add(1)
@@ -402,6 +452,13 @@ func (s *Store) probeLoop() {
 		})
 		if s.stopCtx.Err() != nil {
 			return
+		}
+		if !degraded {
+			if err != nil {
+				s.stats.failures.Add(1)
+				s.open(err)
+			}
+			continue
 		}
 		if err != nil {
 			s.stats.failures.Add(1)
@@ -418,7 +475,9 @@ func (s *Store) probeLoop() {
 			s.onSwitch(Primary)
 		}
 		s.mu.Unlock()
-		return
+		if s.health == 0 {
+			return
+		}
 	}
 }
 

@@ -361,3 +361,53 @@ func TestCloseTwice(t *testing.T) {
 }
 
 var limiter = storetest.Limiter
+
+// Probe checks the primary at once: a failure opens the breaker without
+// waiting for Threshold failed decisions.
+func TestProbe(t *testing.T) {
+	f := newFixture(t, fallback.Options{Threshold: 3})
+	if err := f.store.Probe(context.Background()); err != nil || f.store.State() != fallback.Primary {
+		t.Fatalf("healthy: %v, %v", err, f.store.State())
+	}
+	f.primary.mode.Store(int32(failing))
+	if err := f.store.Probe(context.Background()); err == nil {
+		t.Fatal("Probe of a failing primary succeeded")
+	}
+	if got := <-f.states; got != fallback.Degraded || f.store.State() != fallback.Degraded {
+		t.Fatalf("after a failed Probe: switched to %v, State %v", got, f.store.State())
+	}
+	f.primary.mode.Store(int32(healthy))
+	<-f.clock.slept
+	f.clock.tick(t) // the probe loop's good probe closes the breaker
+	if got := <-f.states; got != fallback.Primary {
+		t.Fatalf("after a good probe: switched to %v", got)
+	}
+}
+
+// With a HealthInterval the probe loop watches the primary while it is in
+// use, so that the breaker opens without traffic, and keeps running after
+// it closes again.
+func TestHealthInterval(t *testing.T) {
+	f := newFixture(t, fallback.Options{HealthInterval: time.Second})
+	<-f.clock.slept // the loop waits for its first health check
+	f.clock.tick(t) // a good one: nothing changes
+	<-f.clock.slept
+	if f.store.State() != fallback.Primary {
+		t.Fatalf("after a good health check: %v", f.store.State())
+	}
+	f.primary.mode.Store(int32(failing))
+	f.clock.tick(t) // a failed one, with no traffic at all
+	if got := <-f.states; got != fallback.Degraded {
+		t.Fatalf("after a failed health check: switched to %v", got)
+	}
+	<-f.clock.slept
+	f.primary.mode.Store(int32(healthy))
+	f.clock.tick(t) // a good probe closes the breaker
+	if got := <-f.states; got != fallback.Primary {
+		t.Fatalf("after a good probe: switched to %v", got)
+	}
+	<-f.clock.slept // and the loop goes on watching
+	if s := f.store.Stats(); s.Switches != 2 {
+		t.Errorf("Stats = %+v, want 2 switches", s)
+	}
+}

@@ -522,6 +522,22 @@ func TestGarbage(t *testing.T) {
 	}
 }
 
+// /readyz reflects Redis from the start and without traffic: not ready
+// while Redis is unreachable, ready once it answers, not ready again
+// within a probe interval of its death.
+func TestReadiness(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--budget", "20ms")
+	if code, _ := in.get(t, "/readyz"); code != 503 {
+		t.Fatalf("/readyz with Redis unreachable at start: %d", code)
+	}
+	srv.Restart(t)
+	waitFor(t, "readyz once Redis answers", func() bool { code, _ := in.get(t, "/readyz"); return code == 200 })
+	srv.Kill()
+	waitFor(t, "readyz without traffic after Redis died", func() bool { code, _ := in.get(t, "/readyz"); return code == 503 })
+}
+
 func TestAgainstRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--instances", "2")

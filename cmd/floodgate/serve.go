@@ -228,6 +228,14 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		board = dash.New(svc, &dash.Options{Store: st.desc, Step: f.uiStep})
 		defer board.Close()
 	}
+	if st.fallback != nil {
+		// Readiness reflects Redis from the start: an unreachable Redis
+		// opens the breaker now (and is logged), not after three failed
+		// decisions.
+		ctx, cancel := context.WithTimeout(ctx, max(f.store.budget, time.Second))
+		st.fallback.Probe(ctx)
+		cancel()
+	}
 	srv, err := listen(f, svc, board, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)

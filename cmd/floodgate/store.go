@@ -124,7 +124,10 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 		return &opened{store: mem, memory: mem, desc: "embedded in-memory store", close: func() { mem.Close() }}, nil
 	}
 	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix})
-	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch}
+	// The health checks keep readiness honest with no traffic: a Redis
+	// that dies is seen within one interval.
+	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch,
+		HealthInterval: 100 * time.Millisecond}
 	if mem != nil {
 		o.Local = mem
 	}
