@@ -708,3 +708,39 @@ func TestSentinel(t *testing.T) {
 		t.Error("decisions after the failover did not reach the new master")
 	}
 }
+
+// After an outage long enough for go-redis's pool to stop dialing (more
+// failed dials than its size), decisions come from Redis again within a
+// probe interval or two of it accepting connections, not after the pool's
+// one-second retry.
+func TestRecoveryAfterLongOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	client, err := redisstore.NewClient("redis://" + srv.Addr + "/0?pool_size=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	st := newStore(t, client, nil)
+	fb := fallback.New(st, &fallback.Options{Budget: 50 * time.Millisecond, ProbeInterval: 20 * time.Millisecond,
+		HealthInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	defer fb.Close()
+	srv.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for fb.State() != fallback.Degraded && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for probes := fb.Stats().Probes; fb.Stats().Probes < probes+20 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // 20 failed probes: ten times the pool's size
+	}
+	restart := time.Now()
+	srv.Restart(t) // returns once it answers PING
+	back := time.Now()
+	for fb.State() != fallback.Primary && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(back)
+	t.Logf("restart took %s; decisions go to Redis again %s after it answered PING (%+v)", back.Sub(restart).Round(time.Millisecond), took.Round(time.Millisecond), fb.Stats())
+	if fb.State() != fallback.Primary || took > 300*time.Millisecond {
+		t.Fatalf("back on Redis after %s (state %v), want within a few probe intervals", took, fb.State())
+	}
+}

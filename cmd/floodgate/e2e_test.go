@@ -532,7 +532,24 @@ func TestReadiness(t *testing.T) {
 	if code, _ := in.get(t, "/readyz"); code != 503 {
 		t.Fatalf("/readyz with Redis unreachable at start: %d", code)
 	}
-	srv.Restart(t)
+	// Down long enough for go-redis's pool to have given up dialing.
+	for range 30 {
+		in.post(t, "/v1/check", `{"rule":"example","key":"r"}`)
+		time.Sleep(50 * time.Millisecond)
+	}
+	srv.Restart(t) // returns once it answers PING
+	back := time.Now()
+	for time.Since(back) < 5*time.Second {
+		if _, body := in.post(t, "/v1/check", `{"rule":"example","key":"r"}`); body["source"] == "store" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	took := time.Since(back)
+	t.Logf("decisions came from Redis again %s after it answered PING", took.Round(time.Millisecond))
+	if took > time.Second {
+		t.Errorf("decisions came from Redis again only %s after it answered PING", took)
+	}
 	waitFor(t, "readyz once Redis answers", func() bool { code, _ := in.get(t, "/readyz"); return code == 200 })
 	srv.Kill()
 	waitFor(t, "readyz without traffic after Redis died", func() bool { code, _ := in.get(t, "/readyz"); return code == 503 })
