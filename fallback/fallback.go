@@ -245,10 +245,7 @@ func (s *Store) Probe(ctx context.Context) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
 	}
-	s.stats.probes.Add(1)
-	_, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
-		return s.probe.Take(ctx, s.probeKey, 1)
-	})
+	err := s.probeOnce(ctx)
 	if err != nil {
 		s.stats.failures.Add(1)
 		s.open(err)
@@ -429,6 +426,15 @@ func (s *Store) open(err error) {
 	}
 }
 
+// probeOnce makes one probe decision on the primary, within the budget.
+func (s *Store) probeOnce(ctx context.Context) error {
+	s.stats.probes.Add(1)
+	_, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
+		return s.probe.Take(ctx, s.probeKey, 1)
+	})
+	return err
+}
+
 // probeLoop is the Store's one probe loop: while the breaker is open it
 // calls the primary every probe interval and closes the breaker when the
 // primary answers within the budget. With a HealthInterval it always runs,
@@ -446,10 +452,7 @@ func (s *Store) probeLoop() {
 		if s.clock.Sleep(s.stopCtx, interval) != nil {
 			return
 		}
-		s.stats.probes.Add(1)
-		_, err := callPrimary(s, s.stopCtx, func(ctx context.Context) (core.Decision, error) {
-			return s.probe.Take(ctx, s.probeKey, 1)
-		})
+		err := s.probeOnce(s.stopCtx)
 		if s.stopCtx.Err() != nil {
 			return
 		}

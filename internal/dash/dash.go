@@ -274,7 +274,7 @@ func (d *Dashboard) Snapshot() Snapshot {
 	if fb := d.svc.Fallback(); fb != nil {
 		s.Store.State = fb.State().String()
 	}
-	top := d.top.Top(10)
+	top, topErr := d.top.Top(10)
 	d.mu.Lock()
 	order := func(ring []float32) []float32 {
 		out := make([]float32, 0, d.filled)
@@ -296,10 +296,7 @@ func (d *Dashboard) Snapshot() Snapshot {
 	s.Store.P50, s.Store.P99, s.Store.Mean = order(d.latency.p50), order(d.latency.p99), order(d.latency.mean)
 	s.Store.Events = append([]Event{}, d.events...)
 	d.mu.Unlock()
-	s.Top = top
-	d.top.mu.Lock()
-	s.TopErr = (d.top.cur.n + d.top.prev.n) / uint64(d.o.TopCounters)
-	d.top.mu.Unlock()
+	s.Top, s.TopErr = top, topErr
 	sort.Slice(s.Rules, func(i, j int) bool { return s.Rules[i].Name < s.Rules[j].Name })
 	return s
 }

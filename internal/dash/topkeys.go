@@ -111,9 +111,11 @@ type TopKey struct {
 }
 
 // Top returns, per rule, the n keys denied most in the current and the
-// previous window, most first.
-func (t *topKeys) Top(n int) map[string][]TopKey {
+// previous window, most first, and the bound on any count's error: the
+// denials counted divided by the counters.
+func (t *topKeys) Top(n int) (map[string][]TopKey, uint64) {
 	t.mu.Lock()
+	bound := (t.cur.n + t.prev.n) / uint64(t.k)
 	merged := map[pair]TopKey{}
 	for _, s := range []*sketch{t.prev, t.cur} {
 		for p, c := range s.byPair {
@@ -138,5 +140,5 @@ func (t *topKeys) Top(n int) map[string][]TopKey {
 			out[rule] = keys[:n]
 		}
 	}
-	return out
+	return out, bound
 }

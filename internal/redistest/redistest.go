@@ -76,6 +76,12 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
 	}, extra...)
+	return launch(t, bin, port, dir, args, "redis.log")
+}
+
+// launch runs bin with args as a server on port, stopped when t ends, and
+// waits until it answers PING; on failure the error carries its log file.
+func launch(t testing.TB, bin string, port int, dir string, args []string, logName string) (*Server, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -85,7 +91,7 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 	t.Cleanup(s.Stop)
 	if err := waitPing(s.Addr, 5*time.Second); err != nil {
 		s.Stop()
-		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		log, _ := os.ReadFile(filepath.Join(dir, logName))
 		return nil, fmt.Errorf("%w\n%s", err, log)
 	}
 	return s, nil
@@ -277,19 +283,7 @@ sentinel parallel-syncs mymaster 1
 	if err != nil {
 		return nil, err
 	}
-	args := []string{conf, "--sentinel"}
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, args: args}
-	t.Cleanup(s.Stop)
-	if err := waitPing(s.Addr, 5*time.Second); err != nil {
-		s.Stop()
-		return nil, err
-	}
-	return s, nil
+	return launch(t, bin, port, dir, []string{conf, "--sentinel"}, "sentinel.log")
 }
 
 // URL is the redis+sentinel:// URL of the master, naming every Sentinel.
