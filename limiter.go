@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -114,10 +115,48 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	var d core.Decision
 	var err error
 	if l.mem != nil {
-		d.Verdict, d.Index, err = l.mem.decide(ctx, key, n)
+		d.Verdict, d.Index, err = l.mem.decide(ctx, key, n, opTake)
 	} else {
 		d, err = l.policy.Take(ctx, key, n)
 	}
+	if err != nil {
+		return Result{}, err
+	}
+	return result(l.specs, &d), nil
+}
+
+// Charge charges n on key against every limit whatever they say: a cost
+// that is known only after the fact, or was admitted elsewhere. It may
+// take the key into debt, so that later requests wait until it is repaid;
+// one Charge takes at most each limit's Quota. The Result is allowed and
+// reports the state after the charge. It returns an error wrapping
+// errors.ErrUnsupported when the store's policies do not implement
+// core.Charger (every store floodgate ships does).
+func (l *Limiter) Charge(ctx context.Context, key string, n int64) (Result, error) {
+	c, ok := l.policy.(core.Charger)
+	if !ok {
+		return Result{}, fmt.Errorf("floodgate: %T cannot charge: %w", l.policy, errors.ErrUnsupported)
+	}
+	d, err := c.Charge(ctx, key, n)
+	if err != nil {
+		return Result{}, err
+	}
+	return result(l.specs, &d), nil
+}
+
+// Refund gives n units back to key on every limit: a request that was
+// charged and failed, or a cost estimated too high. It is exact and never
+// takes a limit beyond its Quota: a key that is full stays full (see
+// core.Spec.Refund for each algorithm). The Result is allowed and reports
+// the state after the refund. It returns an error wrapping
+// errors.ErrUnsupported when the store's policies do not implement
+// core.Refunder (every store floodgate ships does).
+func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Result, error) {
+	r, ok := l.policy.(core.Refunder)
+	if !ok {
+		return Result{}, fmt.Errorf("floodgate: %T cannot refund: %w", l.policy, errors.ErrUnsupported)
+	}
+	d, err := r.Refund(ctx, key, n)
 	if err != nil {
 		return Result{}, err
 	}

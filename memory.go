@@ -137,15 +137,47 @@ type memPolicy struct {
 
 // Take implements core.Policy.
 func (p *memPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	v, i, err := p.decide(ctx, key, n)
+	v, i, err := p.decide(ctx, key, n, opTake)
 	return core.Decision{Verdict: v, Index: i}, err
+}
+
+// op is what a decision does with its cost.
+type op uint8
+
+const (
+	opTake   op = iota // charge it if every limit allows (Step)
+	opCharge           // charge it whatever the limits say (Charge)
+	opRefund           // give it back (Refund)
+)
+
+// step runs l's step for o.
+func (o op) step(l *core.Spec, st *core.State, now, n int64) (core.Verdict, core.Delta) {
+	switch o {
+	case opCharge:
+		return l.Charge(st, now, n)
+	case opRefund:
+		return l.Refund(st, now, n)
+	}
+	return l.Step(st, now, n)
+}
+
+// cost is what Commit charges l for a cost of n under o: at most the
+// quota for a charge, and minus that for a refund.
+func (o op) cost(l *core.Spec, n int64) int64 {
+	switch o {
+	case opCharge:
+		return min(n, l.Quota)
+	case opRefund:
+		return -min(n, l.Quota)
+	}
+	return n
 }
 
 // decide is Take without the Decision around its verdict and index, so
 // that a Limiter on the memory store calls it directly (see
 // Limiter.AllowN): on the hot path of the default store, the interface
 // call and the copies through a Decision are a tenth of a decision.
-func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdict, int, error) {
+func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core.Verdict, int, error) {
 	// The checks are spelled out inline for the hot path; the core's
 	// checks run only to say what is wrong.
 	if key == "" || len(key) > MaxKeyLen || n < 0 {
@@ -160,7 +192,7 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdi
 	}
 	now := s.now()
 	if len(p.specs) == 1 {
-		return s.takeOne(key, &p.specs[0], now, n), 0, nil
+		return s.takeOne(key, &p.specs[0], now, n, o), 0, nil
 	}
 	var vs [MaxLimits]core.Verdict
 	var next [MaxLimits]core.Delta
@@ -184,11 +216,19 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdi
 		} else {
 			st = &zero
 		}
-		vs[i], next[i] = p.specs[i].Step(st, now, n)
+		if o == opTake {
+			vs[i], next[i] = p.specs[i].Step(st, now, n)
+		} else {
+			vs[i], next[i] = o.step(&p.specs[i], st, now, n)
+		}
 		allowed = allowed && vs[i].Allowed
 	}
 	charged := allowed && n > 0
 	isNew := e == nil && charged
+	if o == opRefund && e == nil {
+		// Nothing to give back to a key that is not there.
+		charged, isNew = false, false
+	}
 	if isNew {
 		e = newEntry(len(p.specs))
 	}
@@ -197,9 +237,9 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdi
 		grew := false
 		for i := range p.specs {
 			c := cap(e.states[i].Log)
-			core.Commit(&e.states[i], next[i], n, charged)
+			p.specs[i].Commit(&e.states[i], next[i], now, o.cost(&p.specs[i], n), charged)
 			grew = grew || cap(e.states[i].Log) != c
-			full = max(full, vs[i].Reset)
+			full = max(full, p.specs[i].Hold(vs[i], next[i], now))
 		}
 		e.full = now + full
 		s.account(sh, key, e, isNew, grew, now)
@@ -207,6 +247,18 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64) (core.Verdi
 	sh.mu.Unlock()
 	d := core.Decide(vs[:len(p.specs)])
 	return d.Verdict, d.Index, nil
+}
+
+// Charge implements core.Charger.
+func (p *memPolicy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
+	v, i, err := p.decide(ctx, key, n, opCharge)
+	return core.Decision{Verdict: v, Index: i}, err
+}
+
+// Refund implements core.Refunder.
+func (p *memPolicy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
+	v, i, err := p.decide(ctx, key, n, opRefund)
+	return core.Decision{Verdict: v, Index: i}, err
 }
 
 // Reset implements Policy: it forgets key.
@@ -237,7 +289,7 @@ func (s *MemoryStore) now() int64 {
 
 // takeOne decides a key with one limit: the common case, without the
 // arrays that several limits need.
-func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64) core.Verdict {
+func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core.Verdict {
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
 	e := sh.get(key, s.bytesShard)
@@ -255,16 +307,25 @@ func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64) core.Verdi
 	} else {
 		st = &zero
 	}
-	v, next := l.Step(st, now, n)
+	var v core.Verdict
+	var next core.Delta
+	if o == opTake {
+		v, next = l.Step(st, now, n)
+	} else {
+		v, next = o.step(l, st, now, n)
+	}
 	charged := v.Allowed && n > 0
 	isNew := e == nil && charged
+	if o == opRefund && e == nil {
+		charged, isNew = false, false // nothing to give back
+	}
 	if isNew {
 		e = newEntry(1)
 	}
 	if e != nil {
 		c := cap(e.states[0].Log)
-		core.Commit(&e.states[0], next, n, charged)
-		e.full = now + v.Reset
+		l.Commit(&e.states[0], next, now, o.cost(l, n), charged)
+		e.full = now + l.Hold(v, next, now)
 		if isNew || cap(e.states[0].Log) != c {
 			s.account(sh, key, e, isNew, true, now)
 		}

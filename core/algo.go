@@ -23,20 +23,32 @@ package core
 //	Sliding: A = current window start in µs, B = previous window's
 //	         count, C = current window's count
 //	Log:     Log = admitted units, oldest first; C = their total
+//
+// Last and Skew keep time from going backwards for the key (see Step):
+// Last is the time (µs, on the key's own time line) of the latest charge,
+// and Skew is how far that time line runs ahead of the clock, the sum of
+// the backward clock steps the key has seen while it was in use. Both are
+// 0 on a key that never saw the clock go back.
 type State struct {
 	Kind    Kind
 	A, B, C int64
 	Log     []Mark
+
+	Last, Skew int64
 }
 
-// Delta is what Step computes for Commit to apply: a State without the
-// sliding log's marks, small enough to come back in registers with the
-// Verdict, which matters on the hot path. For Log it is not a state but
-// the change to make: A = marks to drop from the front, B = the time to
-// record, C = the total left after dropping.
+// Delta is what Step computes for Commit to apply: the State's A, B and
+// C, and T, the time the State was read at on the key's time line (see
+// Step), which with now gives Commit the State's Last and Skew. For Log
+// it is not a state but the change to make: A = marks to drop from the
+// front, B = the time to record, C = the total left after dropping.
+//
+// Four fields are the most that Go's compiler keeps in registers; a fifth
+// would make every decision copy its Delta through memory, which costs
+// the hot path about a quarter of its time.
 type Delta struct {
-	Kind    Kind
 	A, B, C int64
+	T       int64
 }
 
 // Verdict is one limit's decision on one request, in microseconds.
@@ -60,33 +72,201 @@ type Mark struct{ At, N int64 }
 // Step decides a request of cost n >= 0 at time now (µs) against l, given
 // the key's State s for l. A cost of 0 is a peek: always allowed, never
 // charged.
+//
+// When the clock goes backwards (now is before the key's latest charge),
+// Step neither grants nor takes capacity, as x/time/rate does: it reads
+// the State as of its latest charge and lets time run on from there. The
+// key keeps the size of the step as its Skew and decides on now + Skew
+// from then on, until it has nothing left to remember (a bucket full
+// again, a window over by the clock too; see Hold), when its own time line
+// rejoins the clock. A key that was within its limit before a step back of an
+// hour is still within it after, and refills at its rate as the clock
+// moves on. Verdicts are durations, the same on either time line. Only
+// charges move a key's latest time, as only they do in x/time/rate.
 func (l *Spec) Step(s *State, now, n int64) (Verdict, Delta) {
+	if s.Skew != 0 || now < s.Last {
+		return l.stepBehind(s, now, n, take)
+	}
+	// step's dispatch, spelled out: one call fewer on the hot path.
 	var v Verdict
 	var next Delta
 	switch l.Kind {
 	case Bucket:
-		v, next = l.stepBucket(s, now, n)
+		v, next = l.stepBucket(s, now, n, take)
 	case Fixed:
-		v, next = l.stepFixed(s, now, n)
+		v, next = l.stepFixed(s, now, n, take)
 	case Sliding:
-		v, next = l.stepSliding(s, now, n)
+		v, next = l.stepSliding(s, now, n, take)
 	case Log:
-		v, next = l.stepLog(s, now, n)
+		v, next = l.stepLog(s, now, n, take)
 	}
 	if n == 0 {
 		v.Allowed, v.Retry = true, 0
 	}
-	next.Kind = l.Kind
+	next.T = now
 	return v, next
 }
 
-// Commit applies the outcome of Step to s. charged says whether the
-// request is charged (it was allowed by every limit and costs more than
-// 0). A sliding log drops its expired marks either way.
-func Commit(s *State, next Delta, n int64, charged bool) {
-	if next.Kind != Log {
+// Charge is Step for a cost that is charged whatever the limit says: a
+// cost that was admitted elsewhere (by a fallback's local limiter while
+// Redis was away) or is known only after the fact. It may take the key
+// into debt, so that later requests wait until the debt is repaid. One
+// Charge takes at most the limit's Quota (a larger n charges the Quota),
+// and a key's debt stays within MaxPeriod of refill, which keeps the
+// arithmetic exact. Commit the result with charged = true.
+func (l *Spec) Charge(s *State, now, n int64) (Verdict, Delta) {
+	n = min(n, l.Quota)
+	if s.Skew != 0 || now < s.Last {
+		return l.stepBehind(s, now, n, charge)
+	}
+	return l.step(s, now, n, charge)
+}
+
+// maxDebt bounds a forced count, as MaxPeriod bounds a bucket's debt.
+const maxDebt = 1 << 50
+
+// mode is what a step does with its cost.
+type mode uint8
+
+const (
+	take   mode = iota // charge n if every limit allows it
+	charge             // charge n whatever the limit says (Charge)
+	refund             // give n back (Refund)
+)
+
+// Refund gives n units back to the key: the opposite of a charge, exact,
+// and never beyond the limit's quota. A bucket's TAT moves back by n
+// emission intervals, but not before now (a full bucket stays full); a
+// fixed window's count drops by n in the current window; a sliding
+// window counter takes n from the current window's count, then from the
+// previous one's; a sliding log drops its n newest units. Charging n and
+// then refunding n leaves the State as if neither had happened, up to
+// what time has restored meanwhile; a refund on a full key changes
+// nothing. Commit the result with charged = true and a cost of -n.
+func (l *Spec) Refund(s *State, now, n int64) (Verdict, Delta) {
+	n = min(n, l.Quota)
+	if s.Skew != 0 || now < s.Last {
+		return l.stepBehind(s, now, n, refund)
+	}
+	return l.step(s, now, n, refund)
+}
+
+// step is Step at time t on the key's time line, in mode m.
+func (l *Spec) step(s *State, t, n int64, m mode) (v Verdict, next Delta) {
+	switch l.Kind {
+	case Bucket:
+		v, next = l.stepBucket(s, t, n, m)
+	case Fixed:
+		v, next = l.stepFixed(s, t, n, m)
+	case Sliding:
+		v, next = l.stepSliding(s, t, n, m)
+	case Log:
+		v, next = l.stepLog(s, t, n, m)
+	}
+	if n == 0 {
+		v.Allowed, v.Retry = true, 0
+	}
+	next.T = t
+	return v, next
+}
+
+// stepBehind is Step for a key whose time line runs ahead of the clock,
+// or has just been stepped back: it is apart so that Step stays small.
+func (l *Spec) stepBehind(s *State, now, n int64, m mode) (Verdict, Delta) {
+	t, skew := l.timeline(s, now)
+	if skew == 0 || !l.rejoin(s, now, skew) {
+		return l.step(s, t, n, m)
+	}
+	// Nothing left to remember: back on the clock, from a fresh State.
+	v, next := l.step(&State{}, now, n, m)
+	if l.Kind == Log {
+		next.A = int64(len(s.Log)) // drop every mark
+	}
+	return v, next
+}
+
+// timeline returns the time t at which the key's State is read for a
+// request at now, and the key's skew with it: now + Skew, or, when that
+// is before the latest charge (the clock stepped back), the latest charge,
+// with the skew grown by the step. The skew is at most MaxPeriod, which
+// keeps every time below 2^53; a longer step back reads the State at an
+// earlier time, which takes capacity but never grants it.
+//
+// A calendar window follows the clock by definition (its days are the
+// clock's days), so it keeps no skew: a step back keeps counting in the
+// later window until the clock reaches it again.
+func (l *Spec) timeline(s *State, now int64) (t, skew int64) {
+	if l.Calendar != 0 {
+		return now, 0
+	}
+	skew = s.Skew
+	t = now + skew
+	if t < s.Last {
+		skew = min(s.Last-now, maxPeriodMicros)
+		t = now + skew
+	}
+	return t, skew
+}
+
+// rejoin reports whether a key whose State s runs skew ahead of the
+// clock may decide on the clock again at now, from a fresh State: when
+// whatever s counted has ended by the clock too, so that the fresh State
+// cannot count any of it a second time. A bucket must be full, a log's
+// marks expired, and a window must have ended before the clock's window
+// (for the sliding counter, the one before it) begins.
+func (l *Spec) rejoin(s *State, now, skew int64) bool {
+	end, start := int64(0), now
+	switch l.Kind {
+	case Bucket:
+		end = s.A
+		if s.B > 0 {
+			end++
+		}
+	case Fixed:
+		_, end = l.Window(s.A)
+		start, _ = l.Window(now)
+	case Sliding:
+		end = s.A + 2*l.Period
+		_, e := FloorDiv(now, l.Period)
+		start = now - e
+	case Log:
+		if k := len(s.Log); k > 0 {
+			end = s.Log[k-1].At + l.Period
+		}
+	}
+	return end-skew <= start
+}
+
+// Hold returns how long (µs) a store must keep a State that a charge at
+// now left with the Verdict v and the Delta d. It is v.Reset, the time until
+// the State is full again, except on a window that runs ahead of the
+// clock, which is kept one Period longer: until it may rejoin the clock
+// (see Step), so that a store that drops the State then decides as if it
+// had kept it.
+func (l *Spec) Hold(v Verdict, d Delta, now int64) int64 {
+	if d.T > now && (l.Kind == Fixed || l.Kind == Sliding) {
+		return v.Reset + l.Period
+	}
+	return v.Reset
+}
+
+// Commit applies the outcome of l.Step (or Charge, or Refund) at now to s;
+// n is the cost, negative for a refund. charged says whether
+// the request is charged (it was allowed by every limit and costs more
+// than 0). A sliding log drops its expired marks either way.
+//
+// A request that is not charged still records a backward step of the
+// clock (a Skew grown by Step), so that a key at its limit when the clock
+// steps back refills as the clock moves on rather than waiting for the
+// clock to catch up; a store writes the State then too.
+func (l *Spec) Commit(s *State, next Delta, now, n int64, charged bool) {
+	skew := next.T - now
+	if l.Kind != Log {
 		if charged {
-			s.Kind, s.A, s.B, s.C = next.Kind, next.A, next.B, next.C
+			s.Kind, s.A, s.B, s.C = l.Kind, next.A, next.B, next.C
+			s.Last, s.Skew = next.T, skew
+		} else if skew > s.Skew && s.Kind == l.Kind {
+			s.Skew = skew
 		}
 		return
 	}
@@ -96,10 +276,40 @@ func Commit(s *State, next Delta, n int64, charged bool) {
 		s.Log = s.Log[:m]
 	}
 	s.Kind, s.C = Log, next.C
+	if charged && n < 0 {
+		// A refund: the -n newest units go; the latest charge is then the
+		// newest mark left.
+		for left := -n; left > 0 && len(s.Log) > 0; {
+			k := len(s.Log) - 1
+			d := min(left, s.Log[k].N)
+			s.Log[k].N -= d
+			s.C -= d
+			left -= d
+			if s.Log[k].N == 0 {
+				s.Log[k] = Mark{}
+				s.Log = s.Log[:k]
+			}
+		}
+		if k := len(s.Log); k > 0 {
+			s.Last = s.Log[k-1].At
+		} else {
+			s.Last, s.Skew = 0, 0
+		}
+		return
+	}
 	if !charged {
+		switch {
+		case len(s.Log) == 0:
+			s.Last, s.Skew = 0, 0
+		case skew > s.Skew:
+			s.Skew = skew
+		}
 		return
 	}
 	s.C += n
+	// The log's latest charge is its newest mark (past the longest skew,
+	// later than the time line; see timeline).
+	s.Last, s.Skew = max(next.T, next.B), skew
 	if last := len(s.Log) - 1; last >= 0 && s.Log[last].At == next.B {
 		s.Log[last].N += n
 	} else {
@@ -115,7 +325,7 @@ func Commit(s *State, next Delta, n int64, charged bool) {
 // T and τ are not rounded: TAT is kept as a whole number of microseconds
 // plus a fraction in 1/rate microseconds, so 3 per second admits exactly 3
 // per second forever, not 3.000003.
-func (l *Spec) stepBucket(s *State, now, n int64) (Verdict, Delta) {
+func (l *Spec) stepBucket(s *State, now, n int64, m mode) (v Verdict, next Delta) {
 	R := l.Rate
 	tat, f := s.A, s.B
 	if s.C != R {
@@ -129,11 +339,25 @@ func (l *Spec) stepBucket(s *State, now, n int64) (Verdict, Delta) {
 	if tat < now {
 		tat, f = now, 0
 	}
-	var v Verdict
-	next := Delta{A: tat, B: f, C: R}
-	if n > l.Quota {
+	next.A, next.B, next.C = tat, f, R
+	force := m == charge
+	switch {
+	case m == refund:
+		// TAT moves back by n*T, but not before now: full stays full.
+		iq, ir := MulDiv(n, l.Period, R)
+		nt, nf := tat-iq, f-ir
+		if nf < 0 {
+			nt, nf = nt-1, nf+R
+		}
+		if nt < now {
+			nt, nf = now, 0
+		}
+		v.Allowed = true
+		tat, f = nt, nf
+		next.A, next.B = nt, nf
+	case n > l.Quota:
 		v.Retry = NeverMicros
-	} else {
+	default:
 		iq, ir := l.TQ, l.TR // n*T for the common n = 1, precomputed
 		if n != 1 {
 			iq, ir = MulDiv(n, l.Period, R)
@@ -143,7 +367,10 @@ func (l *Spec) stepBucket(s *State, now, n int64) (Verdict, Delta) {
 			nt, nf = nt+1, nf-R
 		}
 		lt, lf := now+l.TauQ, l.TauR // now + τ
-		if nt < lt || (nt == lt && nf <= lf) {
+		if force && nt > now+maxPeriodMicros {
+			nt, nf = now+maxPeriodMicros, 0 // the most debt a key keeps
+		}
+		if force || nt < lt || (nt == lt && nf <= lf) {
 			v.Allowed = true
 			tat, f = nt, nf
 			next.A, next.B = nt, nf
@@ -181,19 +408,21 @@ func (l *Spec) stepBucket(s *State, now, n int64) (Verdict, Delta) {
 // stepFixed is the fixed window counter. A State from a later window than
 // now (the clock went backwards) keeps counting in that window: going back
 // in time never opens a fresh window.
-func (l *Spec) stepFixed(s *State, now, n int64) (Verdict, Delta) {
+func (l *Spec) stepFixed(s *State, now, n int64, m mode) (v Verdict, next Delta) {
 	start, end := l.Window(max(now, s.A))
 	count := int64(0)
 	if s.A == start {
 		count = s.B
 	}
-	var v Verdict
 	switch {
+	case m == refund:
+		v.Allowed = true
+		count = max(count-n, 0)
 	case n > l.Quota:
 		v.Retry = NeverMicros
-	case count+n <= l.Quota:
+	case m == charge || count+n <= l.Quota:
 		v.Allowed = true
-		count += n
+		count = min(count+n, maxDebt)
 	default:
 		v.Retry = end - now
 	}
@@ -201,7 +430,8 @@ func (l *Spec) stepFixed(s *State, now, n int64) (Verdict, Delta) {
 	if count > 0 {
 		v.Reset = end - now
 	}
-	return v, Delta{A: start, B: count}
+	next.A, next.B = start, count
+	return v, next
 }
 
 // stepSliding is the sliding window counter. Windows of length W are
@@ -211,7 +441,7 @@ func (l *Spec) stepFixed(s *State, now, n int64) (Verdict, Delta) {
 //	ceil(previous * (W - e) / W) + current
 //
 // and a request of cost n passes when estimate + n <= limit.
-func (l *Spec) stepSliding(s *State, now, n int64) (Verdict, Delta) {
+func (l *Spec) stepSliding(s *State, now, n int64, m mode) (v Verdict, next Delta) {
 	W, L := l.Period, l.Quota
 	t := max(now, s.A)
 	_, e := FloorDiv(t, W)
@@ -223,18 +453,24 @@ func (l *Spec) stepSliding(s *State, now, n int64) (Verdict, Delta) {
 	case cur - W:
 		prev = s.C
 	}
+	if m == refund {
+		// From the current window first, then from the previous one.
+		d := min(curr, n)
+		curr, prev = curr-d, max(prev-(n-d), 0)
+	}
 	q, r := MulDiv(prev, W-e, W)
 	est := q
 	if r > 0 {
 		est++
 	}
-	var v Verdict
 	switch {
+	case m == refund:
+		v.Allowed = true
 	case n > L:
 		v.Retry = NeverMicros
-	case est+curr+n <= L:
+	case m == charge || est+curr+n <= L:
 		v.Allowed = true
-		curr += n
+		curr = min(curr+n, maxDebt)
 	default:
 		v.Retry = slidingAllowAt(cur, W, L, prev, curr, n) - now
 	}
@@ -245,7 +481,8 @@ func (l *Spec) stepSliding(s *State, now, n int64) (Verdict, Delta) {
 	case est > 0:
 		v.Reset = cur + W - now
 	}
-	return v, Delta{A: cur, B: prev, C: curr}
+	next.A, next.B, next.C = cur, prev, curr
+	return v, next
 }
 
 // slidingAllowAt returns the first time (µs) at which a request of cost
@@ -268,7 +505,7 @@ func slidingAllowAt(cur, W, L, prev, curr, n int64) int64 {
 // (now - W, now]. Its time never goes backwards: now is taken as at least
 // the newest Mark, so a clock that jumps back cannot make marks expire
 // early.
-func (l *Spec) stepLog(s *State, now, n int64) (Verdict, Delta) {
+func (l *Spec) stepLog(s *State, now, n int64, m mode) (v Verdict, next Delta) {
 	W, L := l.Period, l.Quota
 	t := now
 	if k := len(s.Log); k > 0 && s.Log[k-1].At > t {
@@ -288,30 +525,43 @@ func (l *Spec) stepLog(s *State, now, n int64) (Verdict, Delta) {
 	for _, m := range s.Log[:lo] {
 		total -= m.N
 	}
-	var v Verdict
 	count := total
 	switch {
+	case m == refund:
+		v.Allowed = true
+		count = max(total-n, 0)
 	case n > L:
 		v.Retry = NeverMicros
-	case total+n <= L:
+	case m == charge || total+n <= L:
 		v.Allowed = true
 		count += n
 	default:
 		// Wait until the oldest total+n-L units have expired.
 		need := total + n - L
-		for _, m := range s.Log[lo:] {
-			if need -= m.N; need <= 0 {
-				v.Retry = m.At + W - now
+		for _, mk := range s.Log[lo:] {
+			if need -= mk.N; need <= 0 {
+				v.Retry = mk.At + W - now
 				break
 			}
 		}
 	}
 	v.Remaining = max(L-count, 0)
 	switch {
+	case m == refund:
+		// The newest mark that keeps a unit after the n newest go.
+		if count > 0 {
+			k, left := len(s.Log), n
+			for left >= s.Log[k-1].N {
+				left -= s.Log[k-1].N
+				k--
+			}
+			v.Reset = s.Log[k-1].At + W - now
+		}
 	case v.Allowed && n > 0:
 		v.Reset = t + W - now
 	case total > 0:
 		v.Reset = s.Log[len(s.Log)-1].At + W - now
 	}
-	return v, Delta{A: int64(lo), B: t, C: total}
+	next.A, next.B, next.C = int64(lo), t, total
+	return v, next
 }

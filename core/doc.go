@@ -47,9 +47,11 @@
 //		//   zero a State whose Kind is not its limit's);
 //		//   v[i], d[i] := p.specs[i].Step(&states[i], now, n) for every limit;
 //		//   charged := every v[i].Allowed && n > 0;
-//		//   core.Commit(&states[i], d[i], n, charged) for every limit;
-//		//   store the states; a key may be dropped once every limit is
-//		//   full again, which is now + the largest v[i].Reset.
+//		//   p.specs[i].Commit(&states[i], d[i], now, n, charged) for every limit;
+//		//   store the states; a key may be dropped after now + the
+//		//   largest p.specs[i].Hold(v[i], d[i], now), when every limit
+//		//   is full again (and a key that saw the clock step back has
+//		//   rejoined it).
 //		return core.Decide(v), nil
 //	}
 //

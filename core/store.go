@@ -40,3 +40,37 @@ type Policy interface {
 	// again.
 	Reset(ctx context.Context, key string) error
 }
+
+// Charger is implemented by a Policy that can charge a cost whatever its
+// limits say. The memory and Redis stores implement it, and the fallback
+// store uses it to charge Redis, when it is back, for what its local
+// limiter admitted while Redis was away.
+type Charger interface {
+	// Charge charges n on key against every limit, as Spec.Charge does:
+	// always, at most each limit's quota, possibly into debt, so that
+	// later requests wait until it is repaid. The Decision is allowed and
+	// reports the state after the charge. Its errors are Take's.
+	Charge(ctx context.Context, key string, n int64) (Decision, error)
+}
+
+// Partitioner is implemented by a Store whose keys live on servers that
+// fail apart, such as the masters of a Redis Cluster. The fallback store
+// keeps one breaker per partition, so that one dead server sends only its
+// own keys to the local limiter.
+type Partitioner interface {
+	// Partitioned reports whether keys are spread over several servers.
+	Partitioned() bool
+	// Partition names the server that holds key's state, or returns ""
+	// when that is not known. It does no I/O that waits.
+	Partition(key string) string
+}
+
+// Refunder is implemented by a Policy that can give units back. The
+// memory, Redis and fallback stores implement it.
+type Refunder interface {
+	// Refund gives n units back to key on every limit, as Spec.Refund
+	// does: exactly, and never beyond a limit's quota; a key that is full
+	// stays as it is. The Decision is allowed and reports the state after
+	// the refund. Its errors are Take's.
+	Refund(ctx context.Context, key string, n int64) (Decision, error)
+}

@@ -11,6 +11,17 @@
 // Every Result says who decided it in its Source field; switches are
 // logged, counted and reported to an optional hook.
 //
+// Redis and the local limiter never hand out the same capacity twice.
+// While Redis decides, each decision also brings the key's local share
+// down to its share of what Redis says is left, so a switch to local
+// answers starts from Redis's state, not from a full bucket. While the
+// local limiter answers, the keys it admits on are kept in a ledger, and
+// when the primary answers probes again, each of them is brought down on
+// the primary to what the local limiter has left (core.Charger) before
+// decisions go back to it: what was admitted locally is not handed out a
+// second time, even by a Redis that restarted empty. The README states
+// the bound that remains and how it was measured.
+//
 //	rs, _ := redisstore.NewFromURL("redis://127.0.0.1:6379/0", nil)
 //	store := fallback.New(rs, &fallback.Options{Instances: 4})
 //	defer store.Close()
@@ -19,6 +30,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -141,7 +153,21 @@ type Stats struct {
 	Fallbacks uint64 // decisions answered by the policy rather than the primary
 	Switches  uint64 // breaker state changes, both ways
 	Probes    uint64 // probe calls made while degraded
+	// Settled counts the units charged to the primary when it came back,
+	// for what the local limiter admitted; Unsettled, the local
+	// admissions on keys that could not be settled (more than
+	// MaxLedgerKeys keys in one outage, or a primary that cannot charge).
+	Settled, Unsettled uint64
 }
+
+// MaxLedgerKeys is how many keys with local admissions a Store keeps for
+// settling with the primary when it is back. Admissions on more keys than
+// that during one outage are counted in Stats.Unsettled.
+const MaxLedgerKeys = 100_000
+
+// settleWorkers is how many charges a Store sends to the primary at once
+// when it settles its ledger.
+const settleWorkers = 16
 
 // Store is a floodgate.Store that calls a primary store and follows a
 // failure policy when it fails. It is safe for concurrent use.
@@ -161,13 +187,21 @@ type Store struct {
 	log       *slog.Logger
 	onSwitch  func(State)
 
-	degraded atomic.Bool
-	fails    atomic.Int64 // consecutive failures while Primary
-	stats    struct{ failures, fallbacks, switches, probes atomic.Uint64 }
+	main     *breaker         // the breaker of the probe key's partition
+	parts    core.Partitioner // the primary's, nil if it has one partition
+	breakers sync.Map         // partition name -> *breaker, with parts
+	stats    struct {
+		failures, fallbacks, switches, probes atomic.Uint64
+		settled, unsettled                    atomic.Uint64
+	}
 
-	mu      sync.Mutex // orders Close with since and the start of probe loops
+	// The ledger: the keys the local limiter admitted on, for settling
+	// with the primary when it is back.
+	ledgMu  sync.Mutex
+	pending map[ledgerKey]struct{}
+
+	mu      sync.Mutex // orders Close with the breakers and the start of probe loops
 	closed  atomic.Bool
-	since   time.Time // when the breaker last opened
 	stop    context.CancelFunc
 	stopCtx context.Context
 	wg      sync.WaitGroup
@@ -222,6 +256,9 @@ func New(primary floodgate.Store, opts *Options) *Store {
 		s.local = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: o.Clock})
 		s.ownLocal = true
 	}
+	if s.policy == Local {
+		s.pending = make(map[ledgerKey]struct{})
+	}
 	var err error
 	if s.probe, err = primary.Prepare([]core.Spec{probeSpec()}); err != nil {
 		// A primary that cannot prepare a valid limit is closed: its
@@ -229,11 +266,57 @@ func New(primary floodgate.Store, opts *Options) *Store {
 		s.probe = failing{err}
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
+	if pt, ok := primary.(core.Partitioner); ok && pt.Partitioned() {
+		s.parts = pt
+	}
+	s.main = &breaker{s: s, probeKey: s.probeKey}
+	if s.parts != nil {
+		s.main.name = s.parts.Partition(s.probeKey)
+		s.breakers.Store(s.main.name, s.main)
+	}
 	if s.health > 0 {
 		s.wg.Add(1)
-		go s.probeLoop()
+		go s.main.probeLoop()
 	}
 	return s
+}
+
+// breaker is the circuit breaker of one partition of the primary's keys:
+// of all of them, or, with a core.Partitioner (Redis Cluster), of those
+// on one master, so that one dead master does not send the keys of the
+// others to the local limiter.
+type breaker struct {
+	s        *Store
+	name     string // the partition, "" for all keys
+	probeKey string // a key in the partition
+	degraded atomic.Bool
+	fails    atomic.Int64 // consecutive failures while Primary
+	since    time.Time    // when it last opened; guarded by s.mu
+}
+
+// breaker returns the breaker of key's partition.
+func (s *Store) breaker(key string) *breaker {
+	if s.parts == nil {
+		return s.main
+	}
+	name := s.parts.Partition(key)
+	if b, ok := s.breakers.Load(name); ok {
+		return b.(*breaker)
+	}
+	b, _ := s.breakers.LoadOrStore(name, &breaker{s: s, name: name, probeKey: s.probeKeyIn(name)})
+	return b.(*breaker)
+}
+
+// probeKeyIn returns a key in the partition name: the probe key with a
+// number, the first that lands there (a few tries for a Cluster's slots).
+func (s *Store) probeKeyIn(name string) string {
+	for i := range 100_000 {
+		k := s.probeKey + "-" + strconv.Itoa(i)
+		if s.parts.Partition(k) == name {
+			return k
+		}
+	}
+	return s.probeKey
 }
 
 // Probe checks the primary now, with one probe decision within the
@@ -245,20 +328,29 @@ func (s *Store) Probe(ctx context.Context) error {
 	if s.closed.Load() {
 		return floodgate.ErrClosed
 	}
-	err := s.probeOnce(ctx)
+	err := s.main.probeOnce(ctx)
 	if err != nil {
 		s.stats.failures.Add(1)
-		s.open(err)
+		s.main.open(err)
 	}
 	return err
 }
 
-// State reports whether decisions currently go to the primary.
+// State reports whether decisions currently go to the primary: Degraded
+// when any partition's breaker is open (with a Redis Cluster, any
+// master's).
 func (s *Store) State() State {
-	if s.degraded.Load() {
+	if s.main.degraded.Load() {
 		return Degraded
 	}
-	return Primary
+	state := Primary
+	s.breakers.Range(func(_, b any) bool {
+		if b.(*breaker).degraded.Load() {
+			state = Degraded
+		}
+		return state == Primary
+	})
+	return state
 }
 
 // Stats returns the Store's counters.
@@ -268,6 +360,8 @@ func (s *Store) Stats() Stats {
 		Fallbacks: s.stats.fallbacks.Load(),
 		Switches:  s.stats.switches.Load(),
 		Probes:    s.stats.probes.Load(),
+		Settled:   s.stats.settled.Load(),
+		Unsettled: s.stats.unsettled.Load(),
 	}
 }
 
@@ -285,6 +379,7 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 		return nil, err
 	}
 	p := &policy{s: s, primary: primary, quota: limits[0].Quota}
+	p.charger, _ = primary.(core.Charger)
 	if s.policy == Local {
 		shares := make([]core.Spec, len(limits))
 		for i := range limits {
@@ -295,17 +390,27 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 		if p.local, err = s.local.Prepare(shares); err != nil {
 			return nil, err
 		}
+		p.localCharger, _ = p.local.(core.Charger)
 	}
 	return p, nil
+}
+
+// ledgerKey is a key with local admissions to settle, and its policy.
+type ledgerKey struct {
+	p   *policy
+	key string
+	b   *breaker // of the key's partition
 }
 
 // policy is the Store's core.Policy: the primary's policy, and the
 // local store's policy of the limits' shares.
 type policy struct {
-	s       *Store
-	primary core.Policy
-	local   core.Policy // nil unless the policy is Local
-	quota   int64       // the first limit's, for fail-open and fail-closed answers
+	s            *Store
+	primary      core.Policy
+	charger      core.Charger // the primary's, nil if it cannot charge
+	local        core.Policy  // nil unless the policy is Local
+	localCharger core.Charger // the local policy's, nil if it cannot charge
+	quota        int64        // the first limit's, for fail-open and fail-closed answers
 }
 
 // Take implements core.Policy. It returns the primary's decision when
@@ -321,26 +426,44 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 	if s.closed.Load() {
 		return core.Decision{}, floodgate.ErrClosed
 	}
-	if !s.degraded.Load() {
-		d, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
-			return p.primary.Take(ctx, key, n)
-		})
+	b := s.breaker(key)
+	d, done, err := p.primaryFirst(ctx, b, func(ctx context.Context) (core.Decision, error) {
+		return p.primary.Take(ctx, key, n)
+	})
+	if done {
 		if err == nil {
-			return d, nil
+			p.sync(ctx, key, n, &d)
 		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return core.Decision{}, ctxErr
-		}
-		if core.IsInvalidInput(err) {
-			return core.Decision{}, err
-		}
-		s.failed(err)
+		return d, err
 	}
-	return p.answer(ctx, key, n)
+	return p.answer(ctx, key, n, b)
+}
+
+// primaryFirst calls f on the primary unless b is open. It returns the
+// primary's Decision and done when the primary answered; done and an
+// error when the caller's context ended or the input is invalid (neither
+// counts against the primary); and not done otherwise, when the policy
+// answers (b has counted the failure).
+func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Context) (core.Decision, error)) (d core.Decision, done bool, err error) {
+	if b.degraded.Load() {
+		return core.Decision{}, false, nil
+	}
+	d, err = b.call(ctx, f)
+	if err == nil {
+		return d, true, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return core.Decision{}, true, ctxErr
+	}
+	if core.IsInvalidInput(err) {
+		return core.Decision{}, true, err
+	}
+	b.failed(err)
+	return core.Decision{}, false, nil
 }
 
 // answer decides by the policy.
-func (p *policy) answer(ctx context.Context, key string, n int64) (core.Decision, error) {
+func (p *policy) answer(ctx context.Context, key string, n int64, b *breaker) (core.Decision, error) {
 	s := p.s
 	s.stats.fallbacks.Add(1)
 	switch s.policy {
@@ -352,6 +475,225 @@ func (p *policy) answer(ctx context.Context, key string, n int64) (core.Decision
 	}
 	d, err := p.local.Take(ctx, key, n)
 	d.Source = core.SourceLocal
+	if err == nil && d.Allowed && n > 0 {
+		p.record(key, n, b)
+	}
+	return d, err
+}
+
+// sync brings key's local share down to what the primary's Decision d
+// says is left: it charges the local limiter what the primary admitted,
+// and then whatever it holds beyond its share of the primary's remaining.
+// Then a switch to local answers starts from the primary's state, not
+// from a full bucket. It costs a memory-store decision or two per
+// decision of the primary.
+func (p *policy) sync(ctx context.Context, key string, n int64, d *core.Decision) {
+	if p.localCharger == nil || n == 0 {
+		return
+	}
+	if !d.Allowed {
+		n = 0
+	}
+	l, err := p.localCharger.Charge(ctx, key, n)
+	if err != nil {
+		return
+	}
+	if target := d.Remaining / p.s.instances; l.Remaining > target {
+		p.localCharger.Charge(ctx, key, l.Remaining-target)
+	}
+}
+
+// record notes in the ledger that key admitted n units locally, to be
+// settled with the primary when it is back.
+func (p *policy) record(key string, n int64, b *breaker) {
+	s := p.s
+	if p.charger == nil {
+		s.stats.unsettled.Add(uint64(n))
+		return
+	}
+	k := ledgerKey{p, key, b}
+	s.ledgMu.Lock()
+	if _, ok := s.pending[k]; !ok {
+		if len(s.pending) >= MaxLedgerKeys {
+			s.ledgMu.Unlock()
+			s.stats.unsettled.Add(uint64(n))
+			return
+		}
+		s.pending[k] = struct{}{}
+	}
+	s.ledgMu.Unlock()
+}
+
+// settle settles the keys of the ledger in b's partition with the
+// primary (see policy.settle). It returns the first error; the keys it
+// could not settle stay in the ledger.
+func (b *breaker) settle(ctx context.Context) error {
+	s := b.s
+	s.ledgMu.Lock()
+	keys := make([]ledgerKey, 0, len(s.pending))
+	for k := range s.pending {
+		if k.b == b {
+			keys = append(keys, k)
+		}
+	}
+	s.ledgMu.Unlock()
+	if len(keys) == 0 {
+		return nil
+	}
+	var (
+		wg    sync.WaitGroup
+		next  atomic.Int64
+		first atomic.Value
+	)
+	for range min(settleWorkers, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(keys) || first.Load() != nil {
+					return
+				}
+				if err := keys[i].p.settle(ctx, keys[i]); err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// settle brings key down on the primary to what the local limiter has
+// left, scaled from its share: it charges the primary the remaining it
+// holds beyond Instances times the local remaining. That covers what was
+// admitted locally (the local limiter started from the primary's state
+// and counted it), and a primary that lost the key (a restart without
+// persistence) as well. It takes the key out of the ledger first and puts
+// it back if the primary fails, so that admissions recorded meanwhile are
+// not lost.
+func (p *policy) settle(ctx context.Context, k ledgerKey) error {
+	s := p.s
+	s.ledgMu.Lock()
+	_, ok := s.pending[k]
+	delete(s.pending, k)
+	s.ledgMu.Unlock()
+	if !ok {
+		return nil
+	}
+	err := p.settleKey(ctx, k.key, k.b)
+	if err != nil {
+		p.record(k.key, 0, k.b)
+	}
+	return err
+}
+
+func (p *policy) settleKey(ctx context.Context, key string, b *breaker) error {
+	s := p.s
+	l, err := p.local.Take(ctx, key, 0)
+	if err != nil {
+		return err
+	}
+	r, err := b.call(ctx, func(ctx context.Context) (core.Decision, error) {
+		return p.primary.Take(ctx, key, 0)
+	})
+	if err != nil {
+		return err
+	}
+	over := r.Remaining - l.Remaining*s.instances
+	if over <= 0 {
+		return nil
+	}
+	if _, err := b.call(ctx, func(ctx context.Context) (core.Decision, error) {
+		return p.charger.Charge(ctx, key, over)
+	}); err != nil {
+		return err
+	}
+	s.stats.settled.Add(uint64(over))
+	return nil
+}
+
+// Refund implements core.Refunder: it gives n back on the primary, and on
+// the local limiter too (at most its share's quota). While the primary
+// fails, only the local limiter
+// gets it back; the primary keeps the charge, which errs toward denying.
+// It returns an error wrapping errors.ErrUnsupported when the primary's
+// policy cannot refund.
+func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := core.CheckRequest(key, n); err != nil {
+		return core.Decision{}, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.Decision{}, floodgate.ErrClosed
+	}
+	pr, ok := p.primary.(core.Refunder)
+	if !ok {
+		return core.Decision{}, fmt.Errorf("fallback: %T cannot refund: %w", p.primary, errors.ErrUnsupported)
+	}
+	lr, _ := p.local.(core.Refunder)
+	b := s.breaker(key)
+	d, done, err := p.primaryFirst(ctx, b, func(ctx context.Context) (core.Decision, error) {
+		return pr.Refund(ctx, key, n)
+	})
+	if done {
+		if err == nil && lr != nil {
+			lr.Refund(ctx, key, n)
+		}
+		return d, err
+	}
+	if lr == nil {
+		d, err := p.answer(ctx, key, 0, b)
+		d.Allowed = true
+		return d, err
+	}
+	s.stats.fallbacks.Add(1)
+	d, err = lr.Refund(ctx, key, n)
+	d.Source = core.SourceLocal
+	return d, err
+}
+
+// Charge implements core.Charger: it charges the primary, and when the
+// primary fails, the local limiter (recording the charge in the ledger,
+// like a local admission), or nothing under FailOpen and FailClosed. It
+// returns an error wrapping errors.ErrUnsupported when the primary's
+// policy cannot charge.
+func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := core.CheckRequest(key, n); err != nil {
+		return core.Decision{}, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.Decision{}, floodgate.ErrClosed
+	}
+	if p.charger == nil {
+		return core.Decision{}, fmt.Errorf("fallback: %T cannot charge: %w", p.primary, errors.ErrUnsupported)
+	}
+	b := s.breaker(key)
+	d, done, err := p.primaryFirst(ctx, b, func(ctx context.Context) (core.Decision, error) {
+		return p.charger.Charge(ctx, key, n)
+	})
+	if done {
+		if err == nil {
+			p.sync(ctx, key, n, &d)
+		}
+		return d, err
+	}
+	if p.localCharger == nil {
+		d, err := p.answer(ctx, key, 0, b)
+		d.Allowed = true
+		return d, err
+	}
+	s.stats.fallbacks.Add(1)
+	d, err = p.localCharger.Charge(ctx, key, n)
+	d.Source = core.SourceLocal
+	if err == nil && n > 0 {
+		p.record(key, n, b)
+	}
 	return d, err
 }
 
@@ -370,81 +712,95 @@ func (p *policy) Reset(ctx context.Context, key string) error {
 			return err
 		}
 	}
-	_, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
+	_, err := s.breaker(key).call(ctx, func(ctx context.Context) (core.Decision, error) {
 		return core.Decision{}, p.primary.Reset(ctx, key)
 	})
 	return err
 }
 
-// callPrimary calls f with the budget, and counts a success.
-func callPrimary(s *Store, ctx context.Context, f func(context.Context) (core.Decision, error)) (core.Decision, error) {
+// call calls f on the primary with the budget, and counts a success.
+func (b *breaker) call(ctx context.Context, f func(context.Context) (core.Decision, error)) (core.Decision, error) {
 	cctx, cancel := ctx, context.CancelFunc(nil)
-	if s.budget > 0 {
-		cctx, cancel = context.WithTimeout(ctx, s.budget)
+	if b.s.budget > 0 {
+		cctx, cancel = context.WithTimeout(ctx, b.s.budget)
 	}
 	d, err := f(cctx)
 	if cancel != nil {
 		cancel()
 	}
-	if err == nil && s.fails.Load() != 0 {
-		s.fails.Store(0)
+	if err == nil && b.fails.Load() != 0 {
+		b.fails.Store(0)
 	}
 	return d, err
 }
 
 // failed counts a failure of the primary and opens the breaker at the
 // threshold.
-func (s *Store) failed(err error) {
-	s.stats.failures.Add(1)
-	if s.fails.Add(1) < s.threshold {
+func (b *breaker) failed(err error) {
+	b.s.stats.failures.Add(1)
+	if b.fails.Add(1) < b.s.threshold {
 		return
 	}
-	s.open(err)
+	b.open(err)
 }
 
-// open opens the breaker, unless it is open already, and starts the probe
+// logAttrs are the attributes of b's log lines.
+func (b *breaker) logAttrs(more ...any) []any {
+	attrs := []any{"policy", b.s.policy.String()}
+	if b.s.parts != nil {
+		attrs = append(attrs, "server", b.name)
+	}
+	return append(attrs, more...)
+}
+
+// open opens the breaker, unless it is open already, and starts its probe
 // loop unless it always runs.
-func (s *Store) open(err error) {
-	if !s.degraded.CompareAndSwap(false, true) {
+func (b *breaker) open(err error) {
+	if !b.degraded.CompareAndSwap(false, true) {
 		return
 	}
+	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return
 	}
-	s.since = s.clock.Now()
+	b.since = s.clock.Now()
 	s.stats.switches.Add(1)
 	s.log.Warn("floodgate: primary store failing; answering by policy until it recovers",
-		"policy", s.policy.String(), "error", err.Error())
+		b.logAttrs("error", err.Error())...)
 	if s.onSwitch != nil {
 		s.onSwitch(Degraded)
 	}
-	if s.health == 0 {
+	if s.health == 0 || b != s.main {
 		s.wg.Add(1)
-		go s.probeLoop()
+		go b.probeLoop()
 	}
 }
 
-// probeOnce makes one probe decision on the primary, within the budget.
-func (s *Store) probeOnce(ctx context.Context) error {
-	s.stats.probes.Add(1)
-	_, err := callPrimary(s, ctx, func(ctx context.Context) (core.Decision, error) {
-		return s.probe.Take(ctx, s.probeKey, 1)
+// probeOnce makes one probe decision on the primary, in b's partition,
+// within the budget.
+func (b *breaker) probeOnce(ctx context.Context) error {
+	b.s.stats.probes.Add(1)
+	_, err := b.call(ctx, func(ctx context.Context) (core.Decision, error) {
+		return b.s.probe.Take(ctx, b.probeKey, 1)
 	})
 	return err
 }
 
-// probeLoop is the Store's one probe loop: while the breaker is open it
-// calls the primary every probe interval and closes the breaker when the
-// primary answers within the budget. With a HealthInterval it always runs,
-// and while the primary is in use probes it every HealthInterval, opening
-// the breaker on a failure; otherwise it ends when the breaker closes.
-// Close stops it.
-func (s *Store) probeLoop() {
+// probeLoop is the probe loop of a breaker: while it is open it calls the
+// primary every probe interval, in the breaker's partition, and closes
+// it when the primary answers within the budget, after settling the
+// ledger. With a HealthInterval the main breaker's loop always runs, and
+// while the primary is in use probes it every HealthInterval, opening the
+// breaker on a failure; other loops end when their breaker closes. Close
+// stops them.
+func (b *breaker) probeLoop() {
+	s := b.s
 	defer s.wg.Done()
+	always := s.health > 0 && b == s.main
 	for {
-		degraded := s.degraded.Load()
+		degraded := b.degraded.Load()
 		interval := s.interval
 		if !degraded {
 			interval = s.health
@@ -452,33 +808,43 @@ func (s *Store) probeLoop() {
 		if s.clock.Sleep(s.stopCtx, interval) != nil {
 			return
 		}
-		err := s.probeOnce(s.stopCtx)
+		err := b.probeOnce(s.stopCtx)
 		if s.stopCtx.Err() != nil {
 			return
 		}
 		if !degraded {
 			if err != nil {
 				s.stats.failures.Add(1)
-				s.open(err)
+				b.open(err)
 			}
 			continue
+		}
+		if err == nil && s.pending != nil {
+			// Charge the primary for what was admitted locally before it
+			// decides again, so that it does not hand out that capacity a
+			// second time.
+			err = b.settle(s.stopCtx)
 		}
 		if err != nil {
 			s.stats.failures.Add(1)
 			continue
 		}
 		s.mu.Lock()
-		down := s.clock.Now().Sub(s.since)
-		s.fails.Store(0)
-		s.degraded.Store(false)
+		down := s.clock.Now().Sub(b.since)
+		b.fails.Store(0)
+		b.degraded.Store(false)
 		s.stats.switches.Add(1)
 		s.log.Info("floodgate: primary store recovered; decisions go to it again",
-			"policy", s.policy.String(), "degraded_for", down.String())
+			b.logAttrs("degraded_for", down.String())...)
 		if s.onSwitch != nil {
 			s.onSwitch(Primary)
 		}
 		s.mu.Unlock()
-		if s.health == 0 {
+		if s.pending != nil {
+			// What was admitted locally while the ledger was settled.
+			b.settle(s.stopCtx)
+		}
+		if !always {
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,16 +51,38 @@ type flakyPolicy struct {
 	core.Policy
 }
 
-func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+// fail counts a call and fails it as the store's mode says.
+func (p *flakyPolicy) fail(ctx context.Context) error {
 	p.f.calls.Add(1)
 	switch mode(p.f.mode.Load()) {
 	case failing:
-		return core.Decision{}, floodgate.ErrStore
+		return floodgate.ErrStore
 	case hanging:
 		<-ctx.Done()
-		return core.Decision{}, ctx.Err()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := p.fail(ctx); err != nil {
+		return core.Decision{}, err
 	}
 	return p.Policy.Take(ctx, key, n)
+}
+
+func (p *flakyPolicy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := p.fail(ctx); err != nil {
+		return core.Decision{}, err
+	}
+	return p.Policy.(core.Charger).Charge(ctx, key, n)
+}
+
+func (p *flakyPolicy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
+	if err := p.fail(ctx); err != nil {
+		return core.Decision{}, err
+	}
+	return p.Policy.(core.Refunder).Refund(ctx, key, n)
 }
 
 // gateClock is a fixed clock whose Sleep blocks until the test calls tick,
@@ -136,7 +159,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// go-redis retries a dial to a dead Cluster node from a goroutine of its
+// pool that sleeps a second between tries and ends at the next, once the
+// client is closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
 
 // A healthy primary decides everything: the wrapper passes the whole
 // conformance suite.
@@ -409,5 +437,153 @@ func TestHealthInterval(t *testing.T) {
 	<-f.clock.slept // and the loop goes on watching
 	if s := f.store.Stats(); s.Switches != 2 {
 		t.Errorf("Stats = %+v, want 2 switches", s)
+	}
+}
+
+// TestNoDoubleAdmissionReplay replays the stall pattern of the fault test
+// on a fixed clock, exactly: 8 requests a millisecond on one key of 100/s
+// with a burst of 100, the primary failing for 80ms of every 400ms, for
+// 4 seconds. One process (Instances 1) with its callers in turn admits
+// no more than an exact limiter on the same arrivals, across 20 switches.
+func TestNoDoubleAdmissionReplay(t *testing.T) {
+	// A probe interval of 1µs: each tick moves the clock by no more.
+	f := newFixture(t, fallback.Options{Threshold: 3, ProbeInterval: time.Microsecond})
+	limit := floodgate.TokenBucket(100, time.Second, 100)
+	lim := limiter(t, f.store, limit)
+	exact := limiter(t, floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: f.clock, SweepInterval: -1}), limit)
+	ctx := context.Background()
+	admitted, want, local := 0, 0, 0
+	for ms := range 4000 {
+		now := storetest.Base.Add(time.Duration(ms) * time.Millisecond)
+		f.clock.Set(now)
+		switch ms % 400 {
+		case 320:
+			f.primary.mode.Store(int32(failing))
+		case 0:
+			if f.primary.mode.Load() == int32(failing) {
+				f.primary.mode.Store(int32(healthy))
+				f.clock.tick(t) // the probe succeeds, settles, and closes the breaker
+				for s := range f.states {
+					if s == fallback.Primary {
+						break
+					}
+				}
+			}
+		}
+		for range 8 {
+			r, err := lim.Allow(ctx, "hot")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+				if r.Source == floodgate.SourceLocal {
+					local++
+				}
+			}
+			if r, _ := exact.Allow(ctx, "hot"); r.Allowed {
+				want++
+			}
+		}
+	}
+	st := f.store.Stats()
+	t.Logf("admitted %d (%d locally), an exact limiter %d; %d switches, %d units settled", admitted, local, want, st.Switches, st.Settled)
+	if st.Switches != 19 || local == 0 {
+		t.Fatalf("%d switches and %d local admissions, want 19 and some", st.Switches, local)
+	}
+	if admitted > want {
+		t.Errorf("admitted %d, more than an exact limiter's %d", admitted, want)
+	}
+}
+
+// parted is a primary whose keys live in two partitions, "odd" and
+// "even", by their last byte, of which the test fails one; it records the
+// keys it is asked.
+type parted struct {
+	floodgate.Store
+	down atomic.Value // the failing partition, "" for none
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *parted) Partitioned() bool { return true }
+func (p *parted) Partition(key string) string {
+	if key[len(key)-1]%2 == 1 {
+		return "odd"
+	}
+	return "even"
+}
+
+func (p *parted) Prepare(limits []core.Spec) (core.Policy, error) {
+	pol, err := p.Store.Prepare(limits)
+	return &partedPolicy{p, pol}, err
+}
+
+type partedPolicy struct {
+	p *parted
+	core.Policy
+}
+
+func (pp *partedPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	pp.p.mu.Lock()
+	pp.p.seen = append(pp.p.seen, key)
+	pp.p.mu.Unlock()
+	if down, _ := pp.p.down.Load().(string); down != "" && pp.p.Partition(key) == down {
+		return core.Decision{}, floodgate.ErrStore
+	}
+	return pp.Policy.Take(ctx, key, n)
+}
+
+// TestPartitionBreakers: with a partitioned primary, one partition's
+// failure opens only its breaker, its probes use a key in that partition,
+// and the other partition's keys keep going to the primary.
+func TestPartitionBreakers(t *testing.T) {
+	clock := newGateClock()
+	primary := &parted{Store: floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})}
+	primary.down.Store("")
+	t.Cleanup(func() { primary.Store.Close() })
+	// "probe0" is in the even partition: the odd one picks its own probe key.
+	fb := fallback.New(primary, &fallback.Options{Clock: clock, Threshold: 2, ProbeKey: "probe0", Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { fb.Close() })
+	lim := limiter(t, fb, floodgate.PerSecond(1000))
+	ctx := context.Background()
+	source := func(key string) floodgate.Source {
+		t.Helper()
+		r, err := lim.Allow(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Source
+	}
+	primary.down.Store("odd")
+	for range 3 {
+		source("a1")
+	}
+	if s := source("a1"); s != floodgate.SourceLocal {
+		t.Fatalf("a key of the failed partition: %v", s)
+	}
+	if s := source("b2"); s != floodgate.SourceStore {
+		t.Fatalf("a key of the healthy partition: %v", s)
+	}
+	primary.mu.Lock()
+	primary.seen = nil
+	primary.mu.Unlock()
+	<-clock.slept // a's probe loop waits for its tick
+	clock.tick(t) // a failing probe
+	<-clock.slept
+	primary.mu.Lock()
+	probes := slices.Clone(primary.seen)
+	primary.mu.Unlock()
+	if len(probes) != 1 || primary.Partition(probes[0]) != "odd" || !strings.HasPrefix(probes[0], "probe") {
+		t.Fatalf("probe keys %q, want one probe in the failed partition", probes)
+	}
+	primary.down.Store("")
+	clock.tick(t) // a good probe closes a's breaker
+	deadline := time.Now().Add(5 * time.Second)
+	for fb.State() != fallback.Primary && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if s := source("a1"); s != floodgate.SourceStore || fb.Stats().Switches != 2 {
+		t.Fatalf("after a's recovery: %v, %d switches", s, fb.Stats().Switches)
 	}
 }

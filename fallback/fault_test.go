@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +42,9 @@ type rig struct {
 	fb     *fallback.Store
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigOf(t, faultInstances) }
+
+func newRigOf(t *testing.T, instances int64) *rig {
 	t.Helper()
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{
@@ -50,7 +53,7 @@ func newRig(t *testing.T) *rig {
 	})
 	rs := redisstore.New(client, nil)
 	fb := fallback.New(rs, &fallback.Options{
-		Instances: faultInstances, Budget: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
+		Instances: instances, Budget: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 	})
 	t.Cleanup(func() {
@@ -274,14 +277,24 @@ func TestGoZeroVectors(t *testing.T) {
 		}
 	})
 	// go-zero/TestTokenLimit_Rescue: rate 5/s, burst 10; Redis stopped
-	// before 100 requests 10ms apart and restarted at the 50th; at least
-	// 15 pass.
+	// before 100 requests 10ms apart and restarted at the 50th; go-zero
+	// wants at least 15 to pass, which only a limiter that admits twice
+	// across the switch reaches (see storetest's vectorDeviations): an
+	// exact limiter admits 14 in those 990ms. floodgate, one process,
+	// admits between the local burst and what an exact limiter admits.
 	t.Run("go-zero/TestTokenLimit_Rescue", func(t *testing.T) {
-		r := newRig(t)
+		r := newRigOf(t, 1)
 		limits := []floodgate.Limit{floodgate.TokenBucket(5, time.Second, 10)}
 		lim := limiter(t, r.fb, limits...)
 		r.srv.Kill()
-		allowed := 0
+		// The exact reference: the same arrival times through the memory
+		// store (the restart stretches the 990ms a little).
+		exact, err := storetest.NewExact(time.Now(), limits...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer exact.Close()
+		allowed, want := 0, 0
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for i := range 100 {
@@ -289,6 +302,7 @@ func TestGoZeroVectors(t *testing.T) {
 				r.srv.Restart(t)
 			}
 			<-tick.C
+			at := time.Now()
 			res, err := lim.Allow(context.Background(), "tokenlimit")
 			if err != nil {
 				t.Fatalf("request %d: %v", i, err)
@@ -296,9 +310,12 @@ func TestGoZeroVectors(t *testing.T) {
 			if res.Allowed {
 				allowed++
 			}
+			if exact.Allow("tokenlimit", at) {
+				want++
+			}
 		}
-		if allowed < 15 {
-			t.Errorf("allowed %d, want at least 15", allowed)
+		if allowed < 10 || allowed > want {
+			t.Errorf("allowed %d, want between the burst of 10 and the exact limiter's %d", allowed, want)
 		}
 	})
 }
@@ -308,4 +325,201 @@ func mustSpec(s core.Spec, err error) core.Spec {
 		panic(err)
 	}
 	return s
+}
+
+// TestNoDoubleAdmission measures what the fallback admits across switches
+// against what an exact limiter admits on the same arrivals, the way the
+// faults were first seen: 8 callers on one key of 100/s with a burst of
+// 100, one process (Instances 1), Redis killed for a while and then
+// restarted, or stalled for 80ms every 400ms (SIGSTOP and SIGCONT, as a
+// long script or a fork stalls it). Before the fallback synced its local
+// limiter and settled its ledger, the stalls admitted 160-263 per second
+// and an outage one extra burst per switch. The bound asserted is the
+// README's: at most the callers in flight on the key per switch.
+func TestNoDoubleAdmission(t *testing.T) {
+	const callers = 8
+	limit := floodgate.TokenBucket(100, time.Second, 100)
+	tests := []struct {
+		name  string
+		fault func(t *testing.T, r *rig)
+	}{
+		{"outage", func(t *testing.T, r *rig) {
+			time.Sleep(500 * time.Millisecond)
+			r.srv.Kill()
+			time.Sleep(time.Second)
+			r.srv.Restart(t)
+			time.Sleep(time.Second)
+		}},
+		{"stalls", func(t *testing.T, r *rig) {
+			for range 8 {
+				time.Sleep(320 * time.Millisecond)
+				must(t, r.srv.Signal(syscall.SIGSTOP))
+				time.Sleep(80 * time.Millisecond)
+				must(t, r.srv.Signal(syscall.SIGCONT))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRigOf(t, 1)
+			lim := limiter(t, r.fb, limit)
+			load := storetest.StartLoad(callers, time.Millisecond, func() (floodgate.Result, error) {
+				return lim.Allow(context.Background(), "hot")
+			})
+			tt.fault(t, r)
+			arrivals, errs := load.Stop()
+			// The exact reference: the same arrivals, in order, through
+			// the memory store on a clock set to each arrival's time.
+			admitted, want, _, err := storetest.Compare(arrivals, "hot", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := r.fb.Stats()
+			elapsed := arrivals[len(arrivals)-1].At.Sub(arrivals[0].At)
+			t.Logf("%s: admitted %d, an exact limiter %d (%+d) on %d arrivals in %s; %d switches, %d units settled, %d unsettled, %d caller errors",
+				tt.name, admitted, want, admitted-want, len(arrivals), elapsed.Round(time.Millisecond), st.Switches, st.Settled, st.Unsettled, len(errs))
+			if len(errs) != 0 {
+				t.Errorf("callers saw %d errors, the first: %v", len(errs), errs[0])
+			}
+			if st.Switches == 0 {
+				t.Errorf("the fault never opened the breaker")
+			}
+			if bound := int(st.Switches/2+1) * callers; admitted-want > bound {
+				t.Errorf("admitted %d over the exact %d, more than the bound of %d callers per outage (%d)", admitted-want, want, callers, bound)
+			}
+		})
+	}
+}
+
+// TestClusterMasterDown kills one of three Cluster masters under load on
+// keys spread over all three: keys on the healthy masters are still
+// decided by Redis, keys on the dead one by the local limiter, with one
+// breaker switch and one log line each way for the dead master, whatever
+// the load.
+func TestClusterMasterDown(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cluster.Addrs, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond,
+		MaxRetries: -1, MaxRedirects: 1,
+	})
+	t.Cleanup(func() { client.Close() })
+	rs := redisstore.New(client, nil)
+	t.Cleanup(func() { rs.Close() })
+	var log lockedLog
+	// The budget is generous: under the race detector on a loaded CI
+	// machine, three healthy-master calls in a row can take over 50ms, and
+	// this test is about the dead master's breaker, not about load.
+	fb := fallback.New(rs, &fallback.Options{
+		Budget: 250 * time.Millisecond, ProbeInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+	})
+	t.Cleanup(func() { fb.Close() })
+	lim := limiter(t, fb, floodgate.PerSecond(1000))
+	ctx := context.Background()
+
+	// Keys on every master; the first master's are the ones to lose.
+	dead := cluster.Addrs[0]
+	var keys []string
+	onDead := map[string]bool{}
+	for i := 0; len(keys) < 24; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if _, err := lim.Allow(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+		onDead[k] = rs.Partition(k) == dead
+	}
+	var sources [2][4]atomic.Int64 // [on the dead master][Source]
+	var errs atomic.Int64
+	var measuring atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				r, err := lim.Allow(ctx, k)
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if measuring.Load() {
+					i := 0
+					if onDead[k] {
+						i = 1
+					}
+					sources[i][r.Source].Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	cluster.Servers[0].Kill()
+	// Until the breaker of the dead master opens, its keys wait out the
+	// budget; from then on, measure for a while.
+	deadline := time.Now().Add(5 * time.Second)
+	for fb.State() != fallback.Degraded && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	measuring.Store(true)
+	time.Sleep(1500 * time.Millisecond)
+	measuring.Store(false)
+	// Back: the dead master's breaker closes, once.
+	cluster.Servers[0].Restart(t)
+	back := time.Now()
+	for fb.State() != fallback.Primary && time.Since(back) < 10*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("the restarted master decides again %s after its restart returned", time.Since(back).Round(time.Millisecond))
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	healthyLocal, healthyStore := sources[0][floodgate.SourceLocal].Load(), sources[0][floodgate.SourceStore].Load()
+	deadLocal, deadStore := sources[1][floodgate.SourceLocal].Load(), sources[1][floodgate.SourceStore].Load()
+	st := fb.Stats()
+	t.Logf("healthy masters: %d decisions from Redis, %d local; dead master: %d from Redis, %d local; %d switches, %d caller errors",
+		healthyStore, healthyLocal, deadStore, deadLocal, st.Switches, errs.Load())
+	if healthyLocal != 0 || healthyStore == 0 {
+		t.Errorf("keys on healthy masters: %d local decisions, %d from Redis; want all from Redis", healthyLocal, healthyStore)
+	}
+	if deadStore != 0 || deadLocal == 0 {
+		t.Errorf("keys on the dead master: %d from Redis, %d local; want all local", deadStore, deadLocal)
+	}
+	if errs.Load() != 0 {
+		t.Errorf("callers saw %d errors", errs.Load())
+	}
+	if st.Switches != 2 || fb.State() != fallback.Primary {
+		t.Errorf("%d breaker switches, state %v; want 2, the dead master's each way, and back on Redis", st.Switches, fb.State())
+	}
+	lines := log.String()
+	if strings.Count(lines, "level=WARN") != 1 || strings.Count(lines, "level=INFO") != 1 || strings.Count(lines, "server="+dead) != 2 {
+		t.Errorf("want one warning and one recovery naming %s, got:\n%s", dead, lines)
+	}
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

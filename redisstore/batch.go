@@ -20,6 +20,7 @@ type call struct {
 	p     *policy
 	keys  []string
 	n     int64
+	op    op           // take, charge or refund n
 	now   int64        // µs, or -1 for the server's TIME
 	specs []scriptSpec // per limit, its parameters (p.params, or the calendar's)
 	slot  int          // the Cluster slot of its keys; 0 outside a cluster
@@ -29,12 +30,23 @@ type call struct {
 	ready chan struct{} // closed when out or err is set
 }
 
+// op is what a call does with its cost, as decide.lua's modes.
+type op uint8
+
+const (
+	opTake   op = iota // charge it if every limit allows (core.Spec.Step)
+	opCharge           // charge it whatever the limits say (core.Spec.Charge)
+	opRefund           // give it back (core.Spec.Refund)
+)
+
 // batcher sends concurrent calls to Redis together. A call that finds
 // nothing in flight goes out at once, on its caller's goroutine, so one
 // goroutine never waits for a batch; calls that arrive while others are
 // in flight queue, and the next free worker sends everything queued in one
-// script call per Cluster slot (one EVALSHA on a standalone server). At
-// most maxInflight script calls (or pipelines) are in flight at once.
+// script call (one EVALSHA). At most maxInflight script calls (or
+// pipelines) are in flight at once. On a Cluster, where only calls for one
+// slot can share a script call, each slot queues on its own instead (see
+// doSlot).
 type batcher struct {
 	s           *Store
 	maxInflight int
@@ -45,6 +57,8 @@ type batcher struct {
 	pending  []*call
 	inflight int
 	closed   bool
+	slots    map[int]*slotQueue // on a Cluster: each slot's own queue
+	slotsWG  sync.WaitGroup     // the slot queues' sending goroutines
 
 	scripts, decisions atomic.Uint64 // script calls made, decisions they carried
 
@@ -56,6 +70,10 @@ type batcher struct {
 func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration) *batcher {
 	b := &batcher{s: s, maxInflight: maxInflight, maxBatch: maxBatch, timeout: timeout,
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	if s.cluster {
+		b.slots = map[int]*slotQueue{}
+		return b
+	}
 	for range maxInflight {
 		b.wg.Add(1)
 		go b.worker()
@@ -72,7 +90,12 @@ func (b *batcher) close() {
 	b.closed = true
 	pending := b.pending
 	b.pending = nil
+	for _, q := range b.slots {
+		pending = append(pending, q.pending...)
+		q.pending = nil
+	}
 	b.mu.Unlock()
+	b.slotsWG.Wait()
 	for _, c := range pending {
 		c.err = floodgate.ErrClosed
 		close(c.ready)
@@ -88,6 +111,9 @@ func (b *batcher) signal() {
 
 // do sends c and waits for its result, or for ctx to end.
 func (b *batcher) do(c *call) error {
+	if b.slots != nil {
+		return b.doSlot(c)
+	}
 	b.mu.Lock()
 	if b.inflight == 0 && len(b.pending) == 0 {
 		// Nothing in flight: no reason to wait for company.
@@ -113,6 +139,78 @@ func (b *batcher) do(c *call) error {
 		// as it would stop waiting for a reply of its own.
 		return c.ctx.Err()
 	}
+}
+
+// slotQueue is one Cluster slot's part of the batcher: whether a script
+// call for the slot is in flight, and the calls that wait for it to end.
+type slotQueue struct {
+	busy    bool
+	pending []*call
+}
+
+// doSlot is do on a Cluster, where only calls for one slot can share a
+// script call. Each slot has at most one script call in flight; calls
+// that arrive meanwhile queue on their slot and go out together when it
+// returns. So a master that is slow or down holds up only the calls for
+// its own slots, never those for a healthy master's, and the calls in
+// flight are bounded by the callers waiting.
+func (b *batcher) doSlot(c *call) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return floodgate.ErrClosed
+	}
+	q := b.slots[c.slot]
+	if q == nil {
+		q = &slotQueue{}
+		b.slots[c.slot] = q
+	}
+	if !q.busy {
+		q.busy = true
+		b.mu.Unlock()
+		b.s.sendGroup(c.ctx, []*call{c})
+		b.slotDone(c.slot)
+		return c.err
+	}
+	c.ready = make(chan struct{})
+	q.pending = append(q.pending, c)
+	b.mu.Unlock()
+	select {
+	case <-c.ready:
+		return c.err
+	case <-c.ctx.Done():
+		return c.ctx.Err() // the queued call is still decided
+	}
+}
+
+// slotDone ends a slot's script call: it sends what queued meanwhile, on
+// a goroutine of its own, or marks the slot idle. Each batch's script
+// call ends when all its callers have stopped waiting, so a dead master
+// costs a caller its own budget only.
+func (b *batcher) slotDone(slot int) {
+	b.mu.Lock()
+	q := b.slots[slot]
+	if len(q.pending) == 0 || b.closed {
+		delete(b.slots, slot) // close fails what is still queued
+		b.mu.Unlock()
+		return
+	}
+	k := min(len(q.pending), b.maxBatch)
+	batch := make([]*call, k)
+	copy(batch, q.pending)
+	rest := copy(q.pending, q.pending[k:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	b.slotsWG.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.slotsWG.Done()
+		ctx, cancel := callersContext(batch, b.timeout)
+		b.s.sendGroup(ctx, batch)
+		cancel()
+		release(batch)
+		b.slotDone(slot)
+	}()
 }
 
 // finished records the end of a script call and wakes a worker if calls
@@ -160,22 +258,40 @@ func (b *batcher) worker() {
 	}
 }
 
-// send runs calls in as few script calls as the Cluster's slots allow,
-// and sets every call's result. ctx bounds the script calls.
-func (s *Store) send(ctx context.Context, calls []*call) {
-	defer func() {
-		for _, c := range calls {
-			if c.ready != nil {
-				close(c.ready)
+// callersContext returns a context that ends after timeout, or as soon as
+// every one of calls' callers has stopped waiting.
+func callersContext(calls []*call, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var left atomic.Int64
+	left.Store(int64(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
 			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
 		}
-	}()
+		cancel()
+	}
+}
+
+// send runs calls in as few script calls as the Cluster's slots allow,
+// and sets every call's result. ctx bounds the script calls. Each group's
+// callers are released as soon as their own script call returns, so that
+// a slow or dead Cluster master holds up only the calls for its slots.
+func (s *Store) send(ctx context.Context, calls []*call) {
 	groups := [][]*call{calls}
 	if s.cluster {
 		groups = groupBySlot(calls)
 	}
 	if len(groups) == 1 {
 		s.sendGroup(ctx, groups[0])
+		release(groups[0])
 		return
 	}
 	var wg sync.WaitGroup
@@ -184,7 +300,17 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 		go func() {
 			defer wg.Done()
 			s.sendGroup(ctx, g)
+			release(g)
 		}()
 	}
 	wg.Wait()
+}
+
+// release wakes the callers waiting for calls.
+func release(calls []*call) {
+	for _, c := range calls {
+		if c.ready != nil {
+			close(c.ready)
+		}
+	}
 }

@@ -24,21 +24,23 @@ if now < 0 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local tat, f, sr = 0, 0, 0
+local tat, f, sr, last, skew = 0, 0, 0, 0, 0
 local raw = rpcall('GET', key)
 if type(raw) == 'table' and raw.err then return wrongType(key) end
 if raw then
-  tat, f, sr = parseBucket(raw)
+  tat, f, sr, last, skew = parseBucket(raw)
   if not tat then return corrupt(key) end
 end
-local allowed, remaining, retry, reset
-allowed, tat, f, remaining, retry, reset = stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
+local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
 if n == 0 then allowed, retry = true, 0 end
 
 if allowed and n > 0 then
   local ttl = floor((reset + 999) / 1000) + extra
   if ttl < 1 then ttl = 1 end
   -- fmt: Redis would format a number argument with %.17g, which costs more.
-  call('SET', key, fmtBucket(tat, f, R), 'PX', fmt(ttl))
+  call('SET', key, fmtBucket(nt, nf, R, t, sk), 'PX', fmt(ttl))
+elseif raw and sk > skew then
+  -- The clock stepped back: remember it, as core's Commit does.
+  call('SET', key, fmtBucket(tat, f, sr, last, sk), 'KEEPTTL')
 end
 return {allowed and 1 or 0, remaining, retry, reset}

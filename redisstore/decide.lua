@@ -21,8 +21,10 @@
 --   contains the client's now and [c1, c2) the next one (Lua has no time
 --   zones, so the client computes them); 0 for every other limit.
 -- then the number of requests, and for each: its number of limits nk, the
--- cost n (n = 0 peeks), now in microseconds (or -1 for the server's TIME),
--- and the nk indexes (from 1) of its limits' specs.
+-- cost n (n = 0 peeks; -n charges n whatever the limits say, as core's
+-- Spec.Charge; the string "r<n>" gives n back, as Spec.Refund), now in
+-- microseconds (or -1 for the server's TIME), and the
+-- nk indexes (from 1) of its limits' specs.
 -- Returns, for each request in order, 4 integers per limit: allowed (0/1),
 -- remaining, retry (µs, -1 never), reset (µs); or, for a request whose
 -- state is not floodgate's, one string: the error. Other requests of the
@@ -30,25 +32,28 @@
 --
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
--- (prelude.lua comes first: mulDiv, stepBucket, fmt, fmt3, parseBucket,
--- fmtBucket, corrupt, wrongType; then a call of init().)
+-- (prelude.lua comes first: mulDiv, stepBucket, fmt, fmt5, timeline,
+-- parseBucket, fmtBucket, decideBucket, corrupt, wrongType; then a call
+-- of init().)
 
 local BUCKET, FIXED, SLIDING, LOG = 1, 2, 3, 4
 
 -- The string states that this batch has read or written, by key, parsed
--- into their three numbers (false for a missing key), and the writes to
+-- into their five numbers (false for a missing key), and the writes to
 -- make when the batch ends, so that a key decided many times in one batch
 -- (a hot key) is read once and written once. Each write is the key's last
--- state with the expiry its last decision gave it, exactly as one call per
--- decision would leave it.
+-- state with the expiry its last decision gave it (false: keep the
+-- expiry), exactly as one call per decision would leave it.
 local states, ttls, dirty = {}, {}, {}
 
 -- The string keys that hold buckets, which are written by fmtBucket.
 local buckets = {}
 
--- readState reads a string key holding three integers, which parse reads
--- from its value. It returns found, a, b, c (false, 0, 0, 0 for a missing
--- key), or nil and an error reply for a key of another type or content.
+-- readState reads a string key holding five integers, which parse reads
+-- from its value: a, b, c, and the latest charge and the skew (see
+-- core.State). It returns found, a, b, c, last, skew (false and zeros for
+-- a missing key), or nil and an error reply for a key of another type or
+-- content.
 local function readState(key, parse)
   local v = states[key]
   if v == nil then
@@ -56,34 +61,76 @@ local function readState(key, parse)
     if type(raw) == 'table' and raw.err then return nil, wrongType(key) end
     v = false
     if raw then
-      local x, y, z = parse(raw)
+      local x, y, z, l, k = parse(raw)
       if not x then return nil, corrupt(key) end
-      v = {x, y, z}
+      v = {x, y, z, l, k}
     end
     states[key] = v
   end
-  if not v then return false, 0, 0, 0 end
-  return true, v[1], v[2], v[3]
+  if not v then return false, 0, 0, 0, 0, 0 end
+  return true, v[1], v[2], v[3], v[4], v[5]
 end
 
--- The windows' states, "a:b:c": see stepFixed and stepSliding.
+-- keepSkew records a grown skew on a key that is not charged, keeping its
+-- expiry, as core's Commit does.
+local function keepSkew(key, sk)
+  local v = states[key]
+  v[5] = sk
+  if ttls[key] == nil then dirty[#dirty + 1] = key; ttls[key] = false end
+end
+
+-- The windows' states, "a:b:c:last:skew" (see stepFixed and
+-- stepSliding), or "a:b:c" as earlier versions wrote them.
+local function parseWindow(raw, pattern5, pattern3)
+  local x, y, z, l, k = match(raw, pattern5)
+  if x then return tonumber(x), tonumber(y), tonumber(z), tonumber(l), tonumber(k) end
+  x, y, z = match(raw, pattern3)
+  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0 end
+end
+
 local function parseFixed(raw)
-  local x, y, z = match(raw, '^(%-?%d+):(%-?%d+):(%d+)$')
-  if x then return tonumber(x), tonumber(y), tonumber(z) end
+  return parseWindow(raw, '^(%-?%d+):(%-?%d+):(%d+):(%d+):(%d+)$', '^(%-?%d+):(%-?%d+):(%d+)$')
 end
 
 local function parseSliding(raw)
-  local x, y, z = match(raw, '^(%-?%d+):(%d+):(%d+)$')
-  if x then return tonumber(x), tonumber(y), tonumber(z) end
+  return parseWindow(raw, '^(%-?%d+):(%d+):(%d+):(%d+):(%d+)$', '^(%-?%d+):(%d+):(%d+)$')
 end
 
--- What a request writes if charged, per limit: kind ('SET' or 'LOG'), key
--- and values. Reused by every request.
-local wkind, wkey, wa, wb, wc = {}, {}, {}, {}, {}
+-- What a request writes, per limit: kind ('SET' or 'LOG'), key, the
+-- values to write if it is charged, the time it was decided at and the
+-- skew, the µs to keep the state beyond its reset (core's Spec.Hold), and
+-- whether the skew grew (the clock stepped back), which is written even
+-- if the request is not charged, as core's Commit does. Reused by every
+-- request.
+local wkind, wkey, wa, wb, wc, wt, wsk, whold, wgrew = {}, {}, {}, {}, {}, {}, {}, {}, {}
+-- The cost each limit charges: the request's, or at most the quota for a
+-- forced charge or a refund; and the request's mode.
+local wn = {}
+local wmode = TAKE
 
-local function pending(i, kind, key, a, b, c)
-  wkind[i], wkey[i], wa[i], wb[i], wc[i] = kind, key, a, b, c
+local function pending(i, kind, key, a, b, c, t, sk, hold, grew)
+  wkind[i], wkey[i], wa[i], wb[i], wc[i], wt[i], wsk[i], whold[i], wgrew[i] = kind, key, a, b, c, t, sk, hold, grew
 end
+
+-- writeKind is what a step writes: kind, or nothing ('NONE') for a
+-- refund on a key that holds nothing, which stays as it is.
+local function writeKind(found, mode, kind)
+  if mode == REFUND and not found then return 'NONE' end
+  return kind
+end
+
+-- refundLog drops the n newest units of the sliding log at key, and moves
+-- its clock member (b), if any, to the newest unit left, as core's Commit
+-- does.
+local function refundLog(key, n, clock, sk)
+  if clock then call('ZREM', key, clock) end
+  call('ZREMRANGEBYRANK', key, -n, -1)
+  if clock then
+    local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if newest[2] then call('ZADD', key, newest[2], '~' .. fmt(sk)) end
+  end
+end
+
 
 -- window is core's Spec.Window: the fixed window [start, end) that
 -- contains t, epoch-aligned, or for a calendar window the one the client
@@ -102,15 +149,15 @@ end
 -- request is charged, and returns allowed, remaining, retry (-1 never) and
 -- reset, or nil and an error reply.
 
-local function stepBucketKey(sp, key, now, n, i)
-  local found, tat, f, sr = readState(key, parseBucket)
+local function stepBucketKey(sp, key, now, n, i, mode)
+  local found, tat, f, sr, last, skew = readState(key, parseBucket)
   if found == nil then return nil, tat end
   buckets[key] = true
   local iq, ir = sp.tq, sp.tr -- n*T for the common n = 1
   if n ~= 1 then iq, ir = mulDiv(n, sp.period, sp.rate) end
-  local allowed, remaining, retry, reset
-  allowed, tat, f, remaining, retry, reset = stepBucket(tat, f, sr, now, n, sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR, iq, ir)
-  if allowed then pending(i, 'SET', key, tat, f, sp.rate) end
+  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n,
+    sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR, iq, ir, mode)
+  pending(i, writeKind(found, mode, 'SET'), key, nt, nf, sp.rate, t, sk, 0, found and sk > skew)
   return allowed, remaining, retry, reset
 end
 
@@ -118,28 +165,41 @@ end
 -- A window that starts after now (the clock went back) stays the current
 -- one, as in Go; its end is stored because a calendar window's end cannot
 -- be computed here.
-local function stepFixed(sp, key, now, n, i)
-  local found, s, se, count = readState(key, parseFixed)
+-- The key reads at its time line t (see timeline), and rejoins the clock
+-- when its window ended before the clock's began, as core's rejoin.
+local function stepFixed(sp, key, now, n, i, mode)
+  local found, s, se, count, last, skew = readState(key, parseFixed)
   if found == nil then return nil, s end
+  local t, sk = now, 0
+  if sp.c1 == 0 and (skew ~= 0 or now < last) then t, sk = timeline(now, last, skew) end -- a calendar window keeps no skew
+  local fresh = false
+  if sk ~= 0 and se - sk <= window(sp, now) then
+    t, sk, fresh = now, 0, true
+  end
   local L = sp.quota
   local start, stop
-  if found and s >= now then
+  if found and not fresh and s >= t then
     start, stop = s, se
   else
-    start, stop = window(sp, now)
+    start, stop = window(sp, t)
   end
-  if s ~= start then count = 0 end
+  if fresh or s ~= start then count = 0 end
   local allowed, retry, reset = false, 0, 0
-  if n > L then
-    retry = -1
-  elseif count + n <= L then
+  if mode == REFUND then
     allowed = true
-    count = count + n
-    pending(i, 'SET', key, start, stop, count)
+    count = max(count - n, 0)
+  elseif n > L then
+    retry = -1
+  elseif mode == CHARGE or count + n <= L then
+    allowed = true
+    count = min(count + n, MAXDEBT)
   else
-    retry = stop - now
+    retry = stop - t
   end
-  if count > 0 then reset = stop - now end
+  local hold = 0
+  if sk > 0 then hold = sp.period end
+  pending(i, writeKind(found, mode, 'SET'), key, start, stop, count, t, sk, hold, found and sk > skew)
+  if count > 0 then reset = stop - t end
   return allowed, max(L - count, 0), retry, reset
 end
 
@@ -161,67 +221,116 @@ end
 
 -- stepSliding is the sliding window counter. Its state is
 -- "start:previous:current".
-local function stepSliding(sp, key, now, n, i)
-  local found, s, sprev, scurr = readState(key, parseSliding)
+local function stepSliding(sp, key, now, n, i, mode)
+  local found, s, sprev, scurr, last, skew = readState(key, parseSliding)
   if found == nil then return nil, s end
   local W, L = sp.period, sp.quota
-  local t = max(now, s)
+  local tl, sk = now, 0
+  if skew ~= 0 or now < last then tl, sk = timeline(now, last, skew) end
+  if sk ~= 0 and s + 2 * W - sk <= now - now % W then
+    -- Rejoin the clock, as core's rejoin.
+    tl, sk, s, sprev, scurr = now, 0, 0, 0, 0
+  end
+  -- The windows are those of t; durations count from the time line tl.
+  local t = max(tl, s)
   local e = t % W
   local cur = t - e
   local prev, curr = 0, 0
   if s == cur then prev, curr = sprev, scurr elseif s == cur - W then prev = scurr end
+  if mode == REFUND then
+    -- From the current window first, then from the previous one.
+    local d = min(curr, n)
+    curr, prev = curr - d, max(prev - (n - d), 0)
+  end
   local q, r = mulDiv(prev, W - e, W)
   local est = q
   if r > 0 then est = est + 1 end
   local allowed, retry, reset = false, 0, 0
-  if n > L then
-    retry = -1
-  elseif est + curr + n <= L then
+  if mode == REFUND then
     allowed = true
-    curr = curr + n
-    pending(i, 'SET', key, cur, prev, curr)
+  elseif n > L then
+    retry = -1
+  elseif mode == CHARGE or est + curr + n <= L then
+    allowed = true
+    curr = min(curr + n, MAXDEBT)
   else
-    retry = slidingAllowAt(cur, W, L, prev, curr, n) - now
+    retry = slidingAllowAt(cur, W, L, prev, curr, n) - tl
   end
-  if curr > 0 then reset = cur + 2 * W - now elseif est > 0 then reset = cur + W - now end
+  local hold = 0
+  if sk > 0 then hold = W end
+  pending(i, writeKind(found, mode, 'SET'), key, cur, prev, curr, tl, sk, hold, found and sk > skew)
+  if curr > 0 then reset = cur + 2 * W - tl elseif est > 0 then reset = cur + W - tl end
   return allowed, max(L - est - curr, 0), retry, reset
 end
 
 -- stepLog is the sliding window log: a sorted set with one member per
--- admitted unit, scored by its time. Its time never goes backwards: now is
--- taken as at least the newest mark.
-local function stepLog(sp, key, now, n, i)
+-- admitted unit, scored by its time. A key whose time line runs ahead of
+-- the clock also holds a member "~skew" scored as its newest mark, last in
+-- the set (the marks are named by digits, which sort before "~"). The
+-- newest score is the latest charge; the key reads at its time line (see
+-- timeline) and rejoins the clock when its newest mark has expired by the
+-- clock too, as core's rejoin.
+local function stepLog(sp, key, now, n, i, mode)
   local W, L = sp.period, sp.quota
   local newest = rpcall('ZRANGE', key, -1, -1, 'WITHSCORES')
   if newest.err then return nil, wrongType(key) end
-  local t = now
+  local last, skew, clock = 0, 0, nil
   if newest[2] then
-    local last = tonumber(newest[2])
+    last = tonumber(newest[2])
     if not last or last ~= floor(last) then return nil, corrupt(key) end
-    if last > t then t = last end
+    if sub(newest[1], 1, 1) == '~' then
+      clock = newest[1]
+      skew = tonumber(sub(clock, 2))
+      if not skew then return nil, corrupt(key) end
+    end
   end
-  -- Marks at or before t - W have expired.
-  call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - W))
+  local t, sk = now, 0
+  if skew ~= 0 or now < last then t, sk = timeline(now, last, skew) end
+  if sk ~= 0 and last + W - sk <= now then
+    call('DEL', key)
+    t, sk, last, clock = now, 0, 0, nil
+  end
+  -- at is the time the log is read at; durations count from t. They
+  -- differ only past the longest skew, as in Go.
+  local at = max(t, last)
+  -- Marks at or before at - W have expired (and the clock member with the
+  -- newest of them).
+  call('ZREMRANGEBYSCORE', key, '-inf', fmt(at - W))
+  if last <= at - W then clock = nil end
   local total = call('ZCARD', key)
+  if clock then total = total - 1 end
   local count = total
   local allowed, retry, reset = false, 0, 0
-  if n > L then
+  local c = 0 -- the clock member, last in the set
+  if clock then c = 1 end
+  if mode == REFUND then
+    allowed = true
+    count = max(total - n, 0)
+    if count > 0 then
+      -- The newest unit left once the n newest go.
+      local m = call('ZRANGE', key, -(n + 1 + c), -(n + 1 + c), 'WITHSCORES')
+      reset = tonumber(m[2]) + W - t
+    end
+    pending(i, writeKind(total > 0, mode, 'LOG'), key, at, clock, last, at, sk, 0, false)
+    return allowed, max(L - count, 0), retry, reset
+  elseif n > L then
     retry = -1
-  elseif total + n <= L then
+  elseif mode == CHARGE or total + n <= L then
     allowed = true
     count = total + n
-    pending(i, 'LOG', key, t)
   else
     -- Wait until the oldest total+n-L units have expired.
     local need = total + n - L
     local m = call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')
-    retry = tonumber(m[2]) + W - now
+    retry = tonumber(m[2]) + W - t
   end
+  -- For LOG: a = the time to record, b = the clock member to replace,
+  -- c = the newest mark, where a grown skew goes if nothing is charged.
+  pending(i, 'LOG', key, at, clock, last, at, sk, 0, total > 0 and sk > skew)
   if allowed and n > 0 then
-    reset = t + W - now
+    reset = at + W - t
   elseif total > 0 then
-    local m = call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset = tonumber(m[2]) + W - now
+    reset = last + W - t
   end
   return allowed, max(L - count, 0), retry, reset
 end
@@ -229,17 +338,24 @@ end
 local steps = {[BUCKET] = stepBucketKey, [FIXED] = stepFixed, [SLIDING] = stepSliding, [LOG] = stepLog}
 
 -- commit writes what a charged request recorded for its nk limits, with
--- each key's expiry at the moment its limit is full again; string states
--- are written when the batch ends.
-local function commit(nk, n, out, base, extra)
+-- each key's expiry at the moment its limit is full again (and as long
+-- again as core's Spec.Hold says); string states are written when the
+-- batch ends.
+local function commit(nk, out, base, extra)
   for i = 1, nk do
-    local ttl = floor((out[base + 4 * i] + 999) / 1000) + extra
+    local n = wn[i]
+    local ttl = floor((out[base + 4 * i] + whold[i] + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
     local key = wkey[i]
-    if wkind[i] == 'SET' then
-      if not ttls[key] then dirty[#dirty + 1] = key end
-      states[key], ttls[key] = {wa[i], wb[i], wc[i]}, ttl
+    if wkind[i] == 'NONE' then
+      -- a refund on a key that holds nothing
+    elseif wkind[i] == 'SET' then
+      if ttls[key] == nil then dirty[#dirty + 1] = key end
+      states[key], ttls[key] = {wa[i], wb[i], wc[i], wt[i], wsk[i]}, ttl
+    elseif wmode == REFUND then
+      refundLog(key, n, wb[i], wsk[i])
     else
+      if wb[i] then call('ZREM', key, wb[i]) end
       -- n members at time t, named t:j, after those already at t.
       local ts = fmt(wa[i])
       local have = call('ZCOUNT', key, ts, ts)
@@ -253,7 +369,24 @@ local function commit(nk, n, out, base, extra)
           args = {}
         end
       end
+      if wsk[i] > 0 then call('ZADD', key, ts, '~' .. fmt(wsk[i])) end
       call('PEXPIRE', key, ttl)
+    end
+  end
+end
+
+-- keepSkews records the skews that grew for the nk limits of a request
+-- that is not charged.
+local function keepSkews(nk)
+  for i = 1, nk do
+    if wgrew[i] then
+      local key = wkey[i]
+      if wkind[i] == 'SET' then
+        keepSkew(key, wsk[i])
+      else
+        if wb[i] then call('ZREM', key, wb[i]) end
+        call('ZADD', key, fmt(wc[i]), '~' .. fmt(wsk[i]))
+      end
     end
   end
 end
@@ -269,7 +402,7 @@ end
 -- keys follow KEYS[k0] and whose specs are specs[ARGV[a0 + i]], appends
 -- its results to out, and charges it if every limit allows it. It returns
 -- nil, or an error reply (and appends nothing).
-local function decide(specs, k0, nk, n, now, a0, out, extra)
+local function decide(specs, k0, nk, n, now, a0, out, extra, mode)
   local base = #out
   local allowedAll = true
   for i = 1, nk do
@@ -279,7 +412,10 @@ local function decide(specs, k0, nk, n, now, a0, out, extra)
       return fail(out, base, redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(sp.kind)))
     end
     wkind[i] = false
-    local allowed, remaining, retry, reset = step(sp, KEYS[k0 + i], now, n, i)
+    local ni = n
+    if mode ~= TAKE then ni = min(n, sp.quota) end -- at most the quota, as core's Charge and Refund
+    wn[i] = ni
+    local allowed, remaining, retry, reset = step(sp, KEYS[k0 + i], now, ni, i, mode)
     if allowed == nil then return fail(out, base, remaining) end
     if n == 0 then allowed, retry = true, 0 end
     if not allowed then allowedAll = false end
@@ -288,7 +424,14 @@ local function decide(specs, k0, nk, n, now, a0, out, extra)
     out[base + 4 * i - 1] = retry
     out[base + 4 * i] = reset
   end
-  if allowedAll and n > 0 then commit(nk, n, out, base, extra) end
+  wmode = mode
+  if allowedAll and n > 0 then
+    commit(nk, out, base, extra)
+  else
+    for i = 1, nk do
+      if wgrew[i] then keepSkews(nk); break end
+    end
+  end
   return nil
 end
 
@@ -313,6 +456,12 @@ local out = {}
 local k0, a = 0, 3 + SPEC_LEN * nspecs
 for r = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
   local nk, n, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local mode = TAKE
+  if not n then
+    mode, n = REFUND, tonumber(sub(ARGV[a + 2], 2)) -- "r<n>"
+  elseif n < 0 then
+    mode, n = CHARGE, -n
+  end
   if now < 0 then
     if not servernow then
       local t = call('TIME')
@@ -320,7 +469,7 @@ for r = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
     end
     now = servernow
   end
-  local err = decide(specs, k0, nk, n, now, a + 3, out, extra)
+  local err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
   if err then out[#out + 1] = err.err end
   k0 = k0 + nk
   a = a + 3 + nk
@@ -328,7 +477,7 @@ end
 for _, key in ipairs(dirty) do
   local v = states[key]
   local value
-  if buckets[key] then value = fmtBucket(v[1], v[2], v[3]) else value = fmt3(v[1], v[2], v[3]) end
-  call('SET', key, value, 'PX', ttls[key])
+  if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5]) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
+  if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
 end
 return out

@@ -5,12 +5,21 @@
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
 local TWO53 = 9007199254740992
+-- MAXSKEW is core's MaxPeriod in µs: the most a key's time line may run
+-- ahead of the clock, and the most debt (in time) a bucket keeps.
+local MAXSKEW = 281474976710656
+-- MAXDEBT is core's maxDebt: the most a window's forced count reaches.
+local MAXDEBT = 1125899906842624
+-- What a step does with its cost, core's mode: take it if the limits
+-- allow, charge it whatever they say (Spec.Charge), or give it back
+-- (Spec.Refund).
+local TAKE, CHARGE, REFUND = 0, 1, 2
 -- Globals read once: a global is a table lookup at every use. A library
 -- is loaded where only the redis table exists, so init binds them at the
 -- first call (a script calls it first thing).
-local floor, max, min, format, match, tonumber, sunpack, call, rpcall
+local floor, max, min, format, match, sub, tonumber, sunpack, call, rpcall
 local function init()
-  floor, max, min, format, match = math.floor, math.max, math.min, string.format, string.match
+  floor, max, min, format, match, sub = math.floor, math.max, math.min, string.format, string.match, string.sub
   tonumber, sunpack, call, rpcall = _G.tonumber, struct.unpack, redis.call, redis.pcall
 end
 
@@ -49,10 +58,11 @@ end
 -- token bucket, leaky bucket and GCRA, in the same steps with the same
 -- names. The key's TAT is tat + f/R, written
 -- at rate sr (0 for a missing key); tau = tauQ + tauR/R is the tolerance
--- and n*T = iq + ir/R the request's cost in time. It returns whether the
--- request passes, the TAT to store if it does (tat, f), and remaining,
+-- and n*T = iq + ir/R the request's cost in time; mode says whether to
+-- take it, charge it whatever the limit says (core's Spec.Charge) or give
+-- it back (Spec.Refund). It returns whether the request passes, the TAT to store if it does (tat, f), and remaining,
 -- retry (-1 never) and reset.
-local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
+local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir, mode)
   if sr ~= R then
     -- The rate changed: the fraction is in other units; round up, drop it.
     if f > 0 then tat = tat + 1 end
@@ -60,13 +70,25 @@ local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
   end
   if tat < now then tat, f = now, 0 end
   local allowed, remaining, retry, reset = false, 0, 0, 0
-  if n > L then
+  local force = mode == CHARGE
+  if mode == REFUND then
+    -- TAT moves back by n*T, but not before now: full stays full.
+    local rq, rr = mulDiv(n, P, R)
+    local nt, nf = tat - rq, f - rr
+    if nf < 0 then nt, nf = nt - 1, nf + R end
+    if nt < now then nt, nf = now, 0 end
+    allowed = true
+    tat, f = nt, nf
+  elseif n > L then
     retry = -1
   else
     local nt, nf = tat + iq, f + ir
     if nf >= R then nt, nf = nt + 1, nf - R end
     local lt, lf = now + tauQ, tauR
-    if nt < lt or (nt == lt and nf <= lf) then
+    if force and nt > now + MAXSKEW then
+      nt, nf = now + MAXSKEW, 0 -- the most debt a key keeps
+    end
+    if force or nt < lt or (nt == lt and nf <= lf) then
       allowed = true
       tat, f = nt, nf
     else
@@ -90,21 +112,67 @@ local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir)
 end
 
 local function fmt(x) return format('%d', x) end
-local function fmt3(a, b, c) return format('%d:%d:%d', a, b, c) end
+local function fmt5(a, b, c, d, e) return format('%d:%d:%d:%d:%d', a, b, c, d, e) end
 
--- A bucket's state is its TAT in µs, "tat", or, when the TAT has a
--- fraction f/R of a µs (a rate that does not divide its period evenly),
--- "tat:f:R". parseBucket returns tat, f, R (0, 0 in the short form), or
--- nil for anything else; fmtBucket writes the shorter form that holds.
-local function parseBucket(raw)
-  if match(raw, '^%d+$') then return tonumber(raw), 0, 0 end
-  local x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
-  if x then return tonumber(x), tonumber(y), tonumber(z) end
+
+-- timeline is core's Spec.timeline: the time t at which a key's state is
+-- read for a request at now, and the key's skew with it. last is the
+-- time of the key's latest charge and skew how far its time line runs
+-- ahead of the clock (see core.Step).
+local function timeline(now, last, skew)
+  local t = now + skew
+  if t < last then
+    skew = min(last - now, MAXSKEW)
+    t = now + skew
+  end
+  return t, skew
 end
 
-local function fmtBucket(tat, f, R)
-  if f == 0 then return fmt(tat) end
-  return fmt3(tat, f, R)
+-- A bucket's state is "tat:d", or "tat:d:f:R:skew" when the TAT has a
+-- fraction f/R of a µs (a rate that does not divide its period evenly) or
+-- the key runs ahead of the clock: the TAT in µs, the latest charge at
+-- tat - d, and the skew. parseBucket returns tat, f, R, last, skew (f, R
+-- and skew 0 in the short form), or nil for anything else; it also reads
+-- the forms of earlier versions, "tat" and "tat:f:R", which did not keep
+-- their latest charge (last = 0: no step back is seen on them).
+-- fmtBucket writes the shorter form that holds.
+local function parseBucket(raw)
+  local x, d = match(raw, '^(%d+):(%d+)$')
+  if x then
+    x = tonumber(x)
+    return x, 0, 0, x - tonumber(d), 0
+  end
+  local y, z, k
+  x, d, y, z, k = match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if x then
+    x = tonumber(x)
+    return x, tonumber(y), tonumber(z), x - tonumber(d), tonumber(k)
+  end
+  if match(raw, '^%d+$') then return tonumber(raw), 0, 0, 0, 0 end
+  x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0 end
+end
+
+local function fmtBucket(tat, f, R, last, skew)
+  if f == 0 and skew == 0 then return format('%d:%d', tat, tat - last) end
+  return fmt5(tat, tat - last, f, R, skew)
+end
+
+-- decideBucket is core's Spec.Step for a bucket: it reads the state at
+-- the key's time line (rejoining the clock from a fresh state when the
+-- bucket is full by the clock too, as core's rejoin) and steps it. It
+-- returns stepBucket's results, then the time t the state was read at
+-- and the key's skew.
+local function decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, mode)
+  local t, sk = now, 0
+  if skew ~= 0 or now < last then t, sk = timeline(now, last, skew) end -- rare: a call saved
+  if sk ~= 0 then
+    local e = tat
+    if f > 0 then e = e + 1 end
+    if e - sk <= now then t, sk, tat, f, sr = now, 0, 0, 0, 0 end
+  end
+  local allowed, nt, nf, remaining, retry, reset = stepBucket(tat, f, sr, t, n, L, R, P, tauQ, tauR, iq, ir, mode)
+  return allowed, nt, nf, remaining, retry, reset, t, sk
 end
 
 local function corrupt(key)

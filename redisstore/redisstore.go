@@ -60,7 +60,10 @@ type Options struct {
 	// caller. Results are the same either way.
 	DisableBatching bool
 	// MaxInflight is how many script calls (batches) may be in flight at
-	// once. Default: 4.
+	// once on a standalone server. Default: 4. On a Cluster each slot has
+	// one script call in flight at a time, and the calls for a slot that
+	// arrive meanwhile go together in its next one, so a slow master
+	// holds up only its own slots.
 	MaxInflight int
 	// MaxBatch is the most decisions in one batch. Default: 128.
 	MaxBatch int
@@ -187,12 +190,25 @@ func NewFromURL(url string, opts *Options) (*Store, error) {
 //   - redis+sentinel://[sentinel-user:sentinel-password@]host:port[/db]?master_name=NAME[&addr=host2:port2...],
 //     or rediss+sentinel://: the master that the Sentinels at host:port and
 //     every addr name, found again after a failover. The master's own
-//     credentials are the query options username and password.
+//     credentials are the query options username and password;
+//   - redis+cluster://[user:password@]host:port[?addr=host2:port2...], or
+//     rediss+cluster://: a Redis Cluster, found from host:port and every
+//     addr.
 //
 // Every client it returns bounds its waits by the context's deadline
 // (ContextTimeoutEnabled), so that a hung server costs a caller no more
 // than its context allows (see package fallback).
 func NewClient(url string) (redis.UniversalClient, error) {
+	for _, scheme := range []string{"redis", "rediss"} {
+		if rest, ok := strings.CutPrefix(url, scheme+"+cluster://"); ok {
+			o, err := redis.ParseClusterURL(scheme + "://" + rest)
+			if err != nil {
+				return nil, fmt.Errorf("redisstore: cluster URL: %w", err)
+			}
+			o.ContextTimeoutEnabled = true
+			return redis.NewClusterClient(o), nil
+		}
+	}
 	if rest, ok := strings.CutPrefix(url, "redis+sentinel://"); ok {
 		return failoverClient("redis://" + rest)
 	}
@@ -258,6 +274,25 @@ func suffixOf(k core.Kind) byte {
 	return 'b'
 }
 
+// Partitioned implements core.Partitioner: it reports whether the Store
+// is on a Redis Cluster.
+func (s *Store) Partitioned() bool { return s.cluster }
+
+// Partition implements core.Partitioner: on a Redis Cluster, the address
+// of the master that holds key's state, as the client's view of the
+// cluster has it; "" elsewhere, or before that view is known.
+func (s *Store) Partition(key string) string {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(context.Background(), hashTag(key))
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
 // policy is the Store's core.Policy: limits prepared for Redis.
 type policy struct {
 	s        *Store
@@ -273,11 +308,7 @@ func (p *policy) keys(key string) []string {
 	var b strings.Builder
 	b.WriteString(p.s.prefix)
 	if strings.ContainsAny(key, "{}") {
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		b.WriteByte('{')
-		b.WriteString(strconv.FormatUint(h.Sum64(), 36))
-		b.WriteByte('}')
+		b.WriteString(hashTag(key))
 		b.WriteString(key)
 	} else {
 		b.WriteByte('{')
@@ -293,8 +324,35 @@ func (p *policy) keys(key string) []string {
 	return keys
 }
 
+// hashTag returns the Cluster hash tag of key's Redis keys: "{key}", or,
+// for a key with braces of its own, "{" + a hash of it + "}".
+func hashTag(key string) string {
+	if !strings.ContainsAny(key, "{}") {
+		return "{" + key + "}"
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return "{" + strconv.FormatUint(h.Sum64(), 36) + "}"
+}
+
 // Take implements core.Policy.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
+	return p.take(ctx, key, n, opTake)
+}
+
+// Charge implements core.Charger, in the same one script call per
+// decision as Take.
+func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
+	return p.take(ctx, key, n, opCharge)
+}
+
+// Refund implements core.Refunder, in the same one script call per
+// decision as Take. It lifts the key's cached denial.
+func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
+	return p.take(ctx, key, n, opRefund)
+}
+
+func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Decision, error) {
 	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
@@ -303,7 +361,7 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 		return core.Decision{}, floodgate.ErrClosed
 	}
 	var sent time.Time
-	if s.denials != nil {
+	if s.denials != nil && o == opTake {
 		if d, ok := s.denials.get(key, p, n); ok {
 			return d, nil
 		}
@@ -313,7 +371,7 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 	if s.clock != nil {
 		now = s.clock.Now().UnixMicro()
 	}
-	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: now, specs: p.params}
+	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: now, specs: p.params, op: o}
 	if p.calendar {
 		c.specs = p.calendarParams(now)
 	}
@@ -338,7 +396,7 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 	}
 	d := core.Decide(vs)
 	if s.denials != nil && n > 0 {
-		if d.Allowed {
+		if d.Allowed || o != opTake {
 			s.denials.forget(key) // the state moved: a cached retry would be stale
 		} else {
 			s.denials.put(key, p, n, sent, d)

@@ -161,9 +161,11 @@ func TestHostileState(t *testing.T) {
 	}
 }
 
-// TestBucketState checks the two forms of a bucket's state, "tat" and
-// "tat:f:R" (TAT in µs plus f/R µs), through both scripts: each reads
-// either, and writes the short one unless the TAT has a fraction.
+// TestBucketState checks the forms of a bucket's state through both
+// scripts: "tat:d" (TAT in µs, latest charge at tat-d) and
+// "tat:d:f:R:skew" (plus f/R µs, and the skew after a clock step), and
+// the forms "tat" and "tat:f:R" of earlier versions, which each reads.
+// Each writes the short form unless the TAT has a fraction.
 func TestBucketState(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
@@ -177,12 +179,15 @@ func TestBucketState(t *testing.T) {
 		remaining int64
 		after     string
 	}{
-		{"fresh, even rate", floodgate.TokenBucket(10, time.Second, 10), "", 9, us(100000)},
-		{"short form", floodgate.TokenBucket(10, time.Second, 10), us(500000), 4, us(600000)},
-		{"long form, no fraction", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":0:10", 4, us(600000)},
-		{"fresh, uneven rate", floodgate.TokenBucket(3, time.Second, 3), "", 2, us(333333) + ":1:3"},
-		{"fraction adds up", floodgate.TokenBucket(3, time.Second, 3), us(333333) + ":2:3", 0, us(666667)},
-		{"fraction of another rate", floodgate.TokenBucket(10, time.Second, 10), us(499999) + ":1:3", 4, us(600000)},
+		{"fresh, even rate", floodgate.TokenBucket(10, time.Second, 10), "", 9, us(100000) + ":100000"},
+		{"old short form", floodgate.TokenBucket(10, time.Second, 10), us(500000), 4, us(600000) + ":600000"},
+		{"old long form, no fraction", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":0:10", 4, us(600000) + ":600000"},
+		{"short form", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":700000", 4, us(600000) + ":600000"},
+		{"fresh, uneven rate", floodgate.TokenBucket(3, time.Second, 3), "", 2, us(333333) + ":333333:1:3:0"},
+		{"fraction adds up", floodgate.TokenBucket(3, time.Second, 3), us(333333) + ":333333:2:3:0", 0, us(666667) + ":666667"},
+		{"fraction of another rate", floodgate.TokenBucket(10, time.Second, 10), us(499999) + ":499999:1:3:0", 4, us(600000) + ":600000"},
+		// The latest charge was 1s after now: the clock stepped back 1s.
+		{"clock stepped back", floodgate.TokenBucket(10, time.Second, 10), us(1500000) + ":500000", 4, us(1600000) + ":600000:0:10:1000000"},
 	}
 	for _, path := range []string{"fast path", "decide"} {
 		for i, tt := range tests {
@@ -673,7 +678,8 @@ func TestSentinel(t *testing.T) {
 	defer st.Close()
 	fb := fallback.New(st, &fallback.Options{Budget: 200 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	defer fb.Close()
-	lim := limiter(t, fb, floodgate.TokenBucket(1, time.Minute, 1000))
+	limit := floodgate.TokenBucket(100, time.Second, 100)
+	lim := limiter(t, fb, limit)
 	ctx := context.Background()
 	if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Source != floodgate.SourceStore {
 		t.Fatalf("through Sentinel: %+v, %v", r, err)
@@ -681,29 +687,41 @@ func TestSentinel(t *testing.T) {
 	if n := rig.Master.Client(t).Exists(ctx, "floodgate:{k}:0b").Val(); n != 1 {
 		t.Fatal("the decision did not reach the master")
 	}
+
+	// Under load: 8 callers on the key, each every 2ms.
+	load := storetest.StartLoad(8, 2*time.Millisecond, func() (floodgate.Result, error) { return lim.Allow(ctx, "k") })
+	time.Sleep(300 * time.Millisecond)
 	rig.Failover(t)
 	promoted := time.Now()
-	rig.Master.Kill()
-	var errs, local int
 	var back time.Duration
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		r, err := lim.Allow(ctx, "k")
-		switch {
-		case err != nil:
-			errs++
-		case r.Source == floodgate.SourceStore:
-			back = time.Since(promoted)
-		default:
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && back == 0; time.Sleep(5 * time.Millisecond) {
+		if a, ok := load.Last(); ok && a.Result.Source == floodgate.SourceStore && a.At.After(promoted) {
+			back = a.At.Sub(promoted)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	arrivals, errs := load.Stop()
+	admitted, want, _, err := storetest.Compare(arrivals, "k", limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := 0
+	for _, a := range arrivals {
+		if a.Result.Source == floodgate.SourceLocal {
 			local++
 		}
-		if back > 0 {
-			break
-		}
 	}
-	if errs != 0 || back == 0 {
-		t.Fatalf("after the failover: %d errors, back on Redis after %s (%d local decisions)", errs, back, local)
+	sw := fb.Stats().Switches
+	t.Logf("decisions came from Redis again %s after the promotion; admitted %d, an exact limiter %d (%+d) on %d arrivals; %d answered locally, %d switches, %d errors",
+		back.Round(time.Millisecond), admitted, want, admitted-want, len(arrivals), local, sw, len(errs))
+	if len(errs) != 0 || back == 0 || back > 10*time.Second {
+		t.Fatalf("after the failover: %d errors, back on Redis after %s, want none and within 10s", len(errs), back)
 	}
-	t.Logf("decisions came from Redis again %s after the promotion (%d answered locally meanwhile)", back.Round(time.Millisecond), local)
+	// The bound of the fallback's README section: the callers in flight
+	// per switch.
+	if bound := int(sw/2+1) * 8; admitted-want > bound {
+		t.Errorf("admitted %d over the exact %d, more than %d", admitted-want, want, bound)
+	}
 	if n := rig.Replica.Client(t).Exists(ctx, "floodgate:{k}:0b").Val(); n != 1 {
 		t.Error("decisions after the failover did not reach the new master")
 	}

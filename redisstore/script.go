@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -99,7 +100,14 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 	}
 	args = append(args, len(calls))
 	for _, c := range calls {
-		args = append(args, len(c.specs), c.n, c.now)
+		var n any = c.n
+		switch {
+		case c.op == opCharge:
+			n = -c.n // decide.lua's sign for a forced charge
+		case c.op == opRefund:
+			n = "r" + strconv.FormatInt(c.n, 10) // and its form of a refund
+		}
+		args = append(args, len(c.specs), n, c.now)
 		for _, sp := range c.specs {
 			args = append(args, index[sp])
 		}

@@ -77,3 +77,36 @@ func Limiter(t testing.TB, store floodgate.Store, limits ...floodgate.Limit) *fl
 	}
 	return lim
 }
+
+// Exact is an exact limiter on a fixed clock: the reference that fault
+// and load tests compare what a store admitted with. Feed it the
+// requests' arrival times in order; it admits what the memory store
+// admits on those arrivals.
+type Exact struct {
+	clock *Clock
+	store *floodgate.MemoryStore
+	lim   *floodgate.Limiter
+}
+
+// NewExact returns an Exact for limits, starting at start.
+func NewExact(start time.Time, limits ...floodgate.Limit) (*Exact, error) {
+	e := &Exact{clock: NewClock(start)}
+	e.store = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: e.clock, SweepInterval: -1})
+	var err error
+	if e.lim, err = floodgate.NewLimiter(e.store, limits, nil); err != nil {
+		e.store.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Allow reports whether a request of cost 1 on key arriving at at, after
+// every earlier one, is admitted.
+func (e *Exact) Allow(key string, at time.Time) bool {
+	e.clock.Set(at)
+	r, err := e.lim.Allow(context.Background(), key)
+	return err == nil && r.Allowed
+}
+
+// Close releases the Exact's store.
+func (e *Exact) Close() error { return e.store.Close() }

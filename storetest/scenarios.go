@@ -83,11 +83,177 @@ func Scenarios() []Scenario {
 			Name:   "token-bucket/time-goes-backwards",
 			Limits: []fg.Limit{fg.TokenBucket(1, sec, 1)},
 			Steps: []Step{
+				// The clock steps back 5s: the key is read as of its
+				// latest charge, neither refilled nor drained, and refills
+				// as the clock moves on.
 				{At: 10 * sec, N: 1, Want: ok(1, 0, sec)},
-				{At: 5 * sec, N: 1, Want: no(1, 0, 6*sec, 6*sec)},
-				{At: 5 * sec, N: 0, Want: ok(1, 0, 6*sec)},
-				{At: 10*sec + 500*ms, N: 1, Want: no(1, 0, 500*ms, 500*ms)},
-				{At: 11 * sec, N: 1, Want: ok(1, 0, sec)},
+				{At: 5 * sec, N: 1, Want: no(1, 0, sec, sec)},
+				{At: 5 * sec, N: 0, Want: ok(1, 0, sec)},
+				{At: 5*sec + 500*ms, N: 1, Want: no(1, 0, 500*ms, 500*ms)},
+				{At: 6 * sec, N: 1, Want: ok(1, 0, sec)},
+				{At: 6*sec + 500*ms, N: 1, Want: no(1, 0, 500*ms, 500*ms)},
+				{At: 7 * sec, N: 1, Want: ok(1, 0, sec)},
+			},
+		},
+		{
+			// x/time/rate's TestLimiterJumpBackwards (rate_test.go): 10 per
+			// second, burst 3; the clock jumps back from t1 to t0 with two
+			// tokens left, which are still there, and one more comes at t1
+			// and t2.
+			Name:   "token-bucket/x-time-rate-jump-backwards",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 3)},
+			Steps: []Step{
+				{At: 100 * ms, N: 1, Want: ok(3, 2, 100*ms)},
+				{At: 0, N: 1, Want: ok(3, 1, 200*ms)},
+				{At: 0, N: 1, Want: ok(3, 0, 300*ms)},
+				{At: 0, N: 1, Want: no(3, 0, 100*ms, 300*ms)},
+				{At: 0, N: 1, Want: no(3, 0, 100*ms, 300*ms)},
+				{At: 100 * ms, N: 1, Want: ok(3, 0, 300*ms)},
+				{At: 100 * ms, N: 1, Want: no(3, 0, 100*ms, 300*ms)},
+				{At: 100 * ms, N: 1, Want: no(3, 0, 100*ms, 300*ms)},
+				{At: 200 * ms, N: 1, Want: ok(3, 0, 300*ms)},
+				{At: 200 * ms, N: 1, Want: no(3, 0, 100*ms, 300*ms)},
+				{At: 200 * ms, N: 1, Want: no(3, 0, 100*ms, 300*ms)},
+			},
+		},
+		{
+			// x/time/rate's TestReserveJumpBack: 10 per second, burst 2;
+			// after a jump back from t1 to t0 the next token is due at t1.
+			// (x/time/rate reserves it; floodgate says when to retry.)
+			Name:   "token-bucket/x-time-rate-reserve-jump-back",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 2)},
+			Steps: []Step{
+				{At: 100 * ms, N: 2, Want: ok(2, 0, 200*ms)},
+				{At: 0, N: 1, Want: no(2, 0, 100*ms, 200*ms)},
+				{At: 100 * ms, N: 1, Want: ok(2, 0, 200*ms)},
+				{At: 200 * ms, N: 1, Want: ok(2, 0, 200*ms)},
+			},
+		},
+		{
+			// A step back of an hour: what was left is still there, and
+			// the key refills as the clock moves on.
+			Name:   "token-bucket/clock-back-an-hour",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 5)},
+			Steps: []Step{
+				{At: hr, N: 3, Want: ok(5, 2, 300*ms)},
+				{At: 0, N: 2, Want: ok(5, 0, 500*ms)},
+				{At: 0, N: 1, Want: no(5, 0, 100*ms, 500*ms)},
+				{At: 100 * ms, N: 1, Want: ok(5, 0, 500*ms)},
+				{At: 600 * ms, N: 0, Want: ok(5, 5, 0)},
+			},
+		},
+		{
+			Name:   "fixed-window/clock-back-an-hour",
+			Limits: []fg.Limit{fg.FixedWindow(5, minute)},
+			Steps: []Step{
+				{At: hr + 30*sec, N: 3, Want: ok(5, 2, 30*sec)},
+				{At: 30 * sec, N: 2, Want: ok(5, 0, 30*sec)},
+				{At: 30 * sec, N: 1, Want: no(5, 0, 30*sec, 30*sec)},
+				{At: 60 * sec, N: 1, Want: ok(5, 4, 60*sec)},
+			},
+		},
+		{
+			// Before the step: window [1h, 1h+1m) holds 3. After it the
+			// window goes on, 1h ahead of the clock.
+			Name:   "sliding-window/clock-back-an-hour",
+			Limits: []fg.Limit{fg.SlidingWindow(5, minute)},
+			Steps: []Step{
+				{At: hr + 30*sec, N: 3, Want: ok(5, 2, 90*sec)},
+				{At: 30 * sec, N: 2, Want: ok(5, 0, 90*sec)},
+				{At: 30 * sec, N: 1, Want: no(5, 0, 42*sec, 90*sec)},
+				{At: 72 * sec, N: 1, Want: ok(5, 0, 108*sec)},
+			},
+		},
+		{
+			Name:   "sliding-log/clock-back-an-hour",
+			Limits: []fg.Limit{fg.SlidingLog(5, minute)},
+			Steps: []Step{
+				{At: hr + 30*sec, N: 3, Want: ok(5, 2, 60*sec)},
+				{At: 30 * sec, N: 2, Want: ok(5, 0, 60*sec)},
+				{At: 30 * sec, N: 1, Want: no(5, 0, 60*sec, 60*sec)},
+				{At: 90 * sec, N: 1, Want: ok(5, 4, 60*sec)},
+			},
+		},
+		{
+			// A charge is taken whatever the limit says, into debt; later
+			// requests wait until the debt is repaid. One charge takes at
+			// most the burst.
+			Name:   "token-bucket/charge-into-debt",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 5)},
+			Steps: []Step{
+				{At: 0, N: 4, Want: ok(5, 1, 400*ms)},
+				{At: 0, Op: Charge, N: 3, Want: ok(5, 0, 700*ms)},
+				{At: 0, N: 1, Want: no(5, 0, 300*ms, 700*ms)},
+				{At: 300 * ms, N: 1, Want: ok(5, 0, 500*ms)},
+				{At: 300 * ms, Op: Charge, N: 100, Want: ok(5, 0, sec)},
+				{At: 900 * ms, N: 1, Want: ok(5, 0, 500*ms)},
+				{At: 900 * ms, N: 1, Want: no(5, 0, 100*ms, 500*ms)},
+			},
+		},
+		{
+			Name:   "fixed-window/charge-into-debt",
+			Limits: []fg.Limit{fg.FixedWindow(5, minute)},
+			Steps: []Step{
+				{At: 0, N: 4, Want: ok(5, 1, minute)},
+				{At: 10 * sec, Op: Charge, N: 3, Want: ok(5, 0, 50*sec)},
+				{At: 20 * sec, N: 1, Want: no(5, 0, 40*sec, 40*sec)},
+				{At: minute, N: 1, Want: ok(5, 4, minute)},
+			},
+		},
+		{
+			Name:   "sliding-log/charge-into-debt",
+			Limits: []fg.Limit{fg.SlidingLog(3, minute)},
+			Steps: []Step{
+				{At: 0, N: 2, Want: ok(3, 1, minute)},
+				{At: 10 * sec, Op: Charge, N: 2, Want: ok(3, 0, minute)},
+				{At: 20 * sec, N: 1, Want: no(3, 0, 40*sec, 50*sec)},
+				{At: 61 * sec, N: 1, Want: ok(3, 0, minute)},
+			},
+		},
+		{
+			// A refund gives back exactly what was charged, never beyond
+			// the burst; a full key stays full.
+			Name:   "token-bucket/refund",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 5)},
+			Steps: []Step{
+				{At: 0, Op: Refund, N: 3, Want: ok(5, 5, 0)},
+				{At: 0, N: 5, Want: ok(5, 0, 500*ms)},
+				{At: 0, Op: Refund, N: 2, Want: ok(5, 2, 300*ms)},
+				{At: 100 * ms, Op: Refund, N: 9, Want: ok(5, 5, 0)},
+				{At: 100 * ms, N: 5, Want: ok(5, 0, 500*ms)},
+			},
+		},
+		{
+			Name:   "fixed-window/refund",
+			Limits: []fg.Limit{fg.FixedWindow(5, minute)},
+			Steps: []Step{
+				{At: 0, N: 5, Want: ok(5, 0, minute)},
+				{At: 10 * sec, Op: Refund, N: 2, Want: ok(5, 2, 50*sec)},
+				{At: 20 * sec, N: 2, Want: ok(5, 0, 40*sec)},
+				{At: 30 * sec, Op: Refund, N: 9, Want: ok(5, 5, 0)},
+				{At: minute, Op: Refund, N: 1, Want: ok(5, 5, 0)},
+			},
+		},
+		{
+			// From the current window first, then from the previous one.
+			Name:   "sliding-window/refund",
+			Limits: []fg.Limit{fg.SlidingWindow(4, minute)},
+			Steps: []Step{
+				{At: 0, N: 4, Want: ok(4, 0, 2*minute)},
+				{At: 30 * sec, Op: Refund, N: 1, Want: ok(4, 1, 90*sec)},
+				{At: 90 * sec, Op: Refund, N: 1, Want: ok(4, 3, 30*sec)},
+			},
+		},
+		{
+			// The newest units go first.
+			Name:   "sliding-log/refund",
+			Limits: []fg.Limit{fg.SlidingLog(3, minute)},
+			Steps: []Step{
+				{At: 0, N: 1, Want: ok(3, 2, minute)},
+				{At: 10 * sec, N: 2, Want: ok(3, 0, minute)},
+				{At: 20 * sec, Op: Refund, N: 1, Want: ok(3, 1, 50*sec)},
+				{At: 30 * sec, Op: Refund, N: 5, Want: ok(3, 3, 0)},
+				{At: 30 * sec, N: 3, Want: ok(3, 0, minute)},
 			},
 		},
 		{
@@ -150,9 +316,14 @@ func Scenarios() []Scenario {
 				{At: 20 * sec, N: 1, Want: no(3, 0, 40*sec, 40*sec)},
 				{At: 20 * sec, N: 4, Want: no(3, 0, fg.Never, 40*sec)},
 				{At: 60 * sec, N: 1, Want: ok(3, 2, 60*sec)},
-				// Back in time: still counted in the later window.
-				{At: 59 * sec, N: 1, Want: ok(3, 1, 61*sec)},
-				{At: 2 * minute, N: 0, Want: ok(3, 3, 0)},
+				// Back in time: counted in the same window, which still
+				// ends 60s after its first charge.
+				{At: 59 * sec, N: 1, Want: ok(3, 1, 60*sec)},
+				{At: 118 * sec, N: 1, Want: ok(3, 0, sec)},
+				// The key's next window runs 1s ahead of the clock's.
+				{At: 119 * sec, N: 1, Want: ok(3, 2, 60*sec)},
+				{At: 2 * minute, N: 0, Want: ok(3, 2, 59*sec)},
+				{At: 3 * minute, N: 0, Want: ok(3, 3, 0)},
 			},
 		},
 		{
@@ -207,8 +378,9 @@ func Scenarios() []Scenario {
 				{At: 30 * sec, N: 4, Want: no(3, 0, fg.Never, 50*sec)},
 				{At: 60 * sec, N: 1, Want: ok(3, 0, 60*sec)},
 				{At: 65 * sec, N: 2, Want: no(3, 0, 15*sec, 55*sec)},
-				// Back in time: the log's time stays at its newest mark.
-				{At: 40 * sec, N: 1, Want: no(3, 0, 30*sec, 80*sec)},
+				// Back in time: the log is read as of its newest mark.
+				{At: 40 * sec, N: 1, Want: no(3, 0, 10*sec, 60*sec)},
+				{At: 50 * sec, N: 1, Want: ok(3, 0, 60*sec)},
 				{At: 130 * sec, N: 0, Want: ok(3, 3, 0)},
 			},
 		},

@@ -59,9 +59,11 @@ type Op uint8
 
 // The operations of a Step.
 const (
-	Take  Op = iota // Limiter.AllowN with the step's cost
-	Reset           // Limiter.Reset
-	Wait            // Limiter.WaitN with the step's cost; Want.RetryAfter is how long it waited
+	Take   Op = iota // Limiter.AllowN with the step's cost
+	Reset            // Limiter.Reset
+	Wait             // Limiter.WaitN with the step's cost; Want.RetryAfter is how long it waited
+	Charge           // Limiter.Charge with the step's cost: charged whatever the limits say
+	Refund           // Limiter.Refund with the step's cost: given back
 )
 
 // Step is one call in a Scenario, at a time relative to Base.
@@ -108,6 +110,10 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 			switch s.Op {
 			case Take:
 				got, err = lim.AllowN(ctx, key, s.N)
+			case Charge:
+				got, err = lim.Charge(ctx, key, s.N)
+			case Refund:
+				got, err = lim.Refund(ctx, key, s.N)
 			case Reset:
 				err = lim.Reset(ctx, key)
 			case Wait:
@@ -119,7 +125,7 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 			}
 			// Source says who decided (a cache, a fallback), not what.
 			got.Source = 0
-			if s.Op == Take {
+			if s.Op == Take || s.Op == Charge || s.Op == Refund {
 				want.Name = sc.Limits[want.Index].Name()
 			}
 			if got != want {

@@ -28,7 +28,7 @@ type storeFlags struct {
 }
 
 func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
-	fs.StringVar(&s.redis, "redis", e.str("FLOODGATE_REDIS", ""), "Redis URL, redis://[user:password@]host:port[/db] or rediss://, or through Sentinel redis+sentinel://host:port[/db]?master_name=NAME&addr=host2:port2 ($FLOODGATE_REDIS); the embedded in-memory store when empty")
+	fs.StringVar(&s.redis, "redis", e.str("FLOODGATE_REDIS", ""), "Redis URL, redis://[user:password@]host:port[/db] or rediss://, or through Sentinel redis+sentinel://host:port[/db]?master_name=NAME&addr=host2:port2, or a Cluster redis+cluster://host:port?addr=host2:port2 ($FLOODGATE_REDIS); the embedded in-memory store when empty")
 	fs.StringVar(&s.cluster, "redis-cluster", e.str("FLOODGATE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster nodes, host:port,... ($FLOODGATE_REDIS_CLUSTER)")
 	fs.StringVar(&s.prefix, "redis-prefix", e.str("FLOODGATE_REDIS_PREFIX", "floodgate:"), "prefix of every Redis key ($FLOODGATE_REDIS_PREFIX)")
 	fs.StringVar(&s.policy, "fallback", e.str("FLOODGATE_FALLBACK", "local"), "what to answer while Redis fails: local, fail-open or fail-closed ($FLOODGATE_FALLBACK)")
@@ -81,11 +81,17 @@ func (s *storeFlags) redisClient() (client redis.UniversalClient, desc string, e
 		if err != nil {
 			return nil, "", fmt.Errorf("--redis: %w", err)
 		}
-		if strings.Contains(s.redis, "+sentinel://") {
-			u, _ := url.Parse(s.redis) // NewClient parsed it
-			return c, fmt.Sprintf("Redis master %q through Sentinel at %s", u.Query().Get("master_name"), u.Host), nil
+		u, _ := url.Parse(s.redis) // NewClient parsed it
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			return c, "Redis Cluster at " + strings.Join(c.Options().Addrs, ","), nil
+		case *redis.Client:
+			if strings.Contains(s.redis, "+sentinel://") {
+				return c, fmt.Sprintf("Redis master %q through Sentinel at %s", u.Query().Get("master_name"), u.Host), nil
+			}
+			return c, "Redis at " + c.Options().Addr, nil
 		}
-		return c, "Redis at " + c.(*redis.Client).Options().Addr, nil
+		return c, "Redis at " + u.Host, nil
 	}
 	return nil, "", nil
 }

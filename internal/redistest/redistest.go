@@ -161,7 +161,10 @@ type Cluster struct {
 }
 
 // StartCluster starts a cluster of the given number of masters (3 at
-// least) and waits until it serves every slot.
+// least) and waits until it serves every slot. Its nodes keep serving
+// their own slots when another master is down
+// (cluster-require-full-coverage no), as a deployment that wants one
+// dead master to cost only its own keys must set.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
 	bin := need(t, "redis-server")
@@ -171,7 +174,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 		var s *Server
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
-			if s, err = start(t, bin, freePort(t), []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}); err == nil {
+			if s, err = start(t, bin, freePort(t), []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}); err == nil {
 				break
 			}
 		}
@@ -229,8 +232,25 @@ type Sentinel struct {
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	bin := need(t, "redis-server")
-	s := &Sentinel{MasterName: "mymaster", Master: Start(t)}
+	// Redis waits 5s before a diskless sync, to gather replicas; the
+	// replica must hold the master's data before a failover. The master
+	// refuses writes once no replica is connected (min-replicas-to-write
+	// 1), as the README advises: after a promotion, the old master then
+	// stops deciding at once instead of admitting what the new master
+	// never learns of.
+	s := &Sentinel{MasterName: "mymaster", Master: Start(t, "--repl-diskless-sync-delay", "0", "--min-replicas-to-write", "1", "--min-replicas-max-lag", "1")}
 	s.Replica = Start(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(s.Master.Addr, "127.0.0.1:"))
+	rc := redis.NewClient(&redis.Options{Addr: s.Replica.Addr})
+	err := waitFor(15*time.Second, func() error {
+		if info := rc.Info(context.Background(), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("the replica is not in sync:\n%s", info)
+		}
+		return nil
+	})
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	masterPort := strings.TrimPrefix(s.Master.Addr, "127.0.0.1:")
 	for range 3 {
 		var sen *Server
