@@ -1,9 +1,11 @@
 package httplimit_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/httplimit"
@@ -32,4 +34,32 @@ func ExampleNew() {
 	// 200 "per-minute";r=1;t=30
 	// 200 "per-minute";r=0;t=60
 	// 429 "per-minute";r=0;t=30
+}
+
+// Limit each API key to 10,000 LLM tokens a minute. The cost of a reply is
+// known only once it is generated: charge an estimate of 500 up front, and
+// let the handler report the real count, which the middleware settles by
+// refunding the difference or charging the rest, into debt if need be.
+func ExampleSetCost() {
+	lim, _ := floodgate.New(floodgate.TokenBucket(10000, time.Minute, 10000).Named("tokens"))
+	defer lim.Close()
+	mw := httplimit.New(lim, &httplimit.Options{
+		Key:    func(r *http.Request) (string, error) { return r.Header.Get("X-API-Key"), nil },
+		Cost:   func(*http.Request) int64 { return 500 },
+		Settle: true,
+	})
+	complete := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		used := int64(1800) // the model's reply took 1,800 tokens
+		httplimit.SetCost(r, used)
+		fmt.Fprint(w, "...")
+	})
+	h := mw.Handler(complete)
+
+	req := httptest.NewRequest("POST", "/v1/complete", nil)
+	req.Header.Set("X-API-Key", "tenant-42")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	r, _ := lim.Peek(context.Background(), "tenant-42")
+	fmt.Println(r.Remaining)
+	// Output:
+	// 8200
 }

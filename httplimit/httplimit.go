@@ -37,8 +37,21 @@ type Options struct {
 	// proxies, the connection's peer address.
 	Key KeyFunc
 	// Cost returns a request's cost, 1 by default. A negative cost is
-	// answered with 400.
+	// answered with 400. With CostHeader or SetCost, it is the estimate
+	// charged before the handler runs.
 	Cost func(r *http.Request) int64
+	// CostHeader, when set, names a response header in which the handler
+	// reports the request's real cost (an LLM reply's tokens, say). When
+	// the handler returns, the middleware settles the difference with the
+	// estimate that Cost charged: it refunds what was charged too much
+	// (Limiter.Refund), or charges what was missing even into debt
+	// (Limiter.Charge), so that later requests wait, up to 16 times the
+	// smallest limit's quota of debt per request. SetCost does the same
+	// from inside the handler, and wins over the header.
+	CostHeader string
+	// Settle settles the real cost that handlers report with SetCost,
+	// without a CostHeader. (A CostHeader implies it.)
+	Settle bool
 	// Skip, when it returns true, lets a request through unlimited and
 	// without headers (health checks, internal callers).
 	Skip func(r *http.Request) bool
@@ -69,10 +82,11 @@ type Denial struct {
 
 // Middleware rate limits HTTP requests. It is safe for concurrent use.
 type Middleware struct {
-	lim    *floodgate.Limiter
-	count  int    // how many limits lim applies
-	policy string // the RateLimit-Policy field value
-	opts   Options
+	lim      *floodgate.Limiter
+	minQuota int64  // the smallest of the limits' quotas
+	count    int    // how many limits lim applies
+	policy   string // the RateLimit-Policy field value
+	opts     Options
 }
 
 // New returns a Middleware that applies lim's limits to every request
@@ -80,6 +94,10 @@ type Middleware struct {
 func New(lim *floodgate.Limiter, opts *Options) *Middleware {
 	limits := lim.Limits()
 	m := &Middleware{lim: lim, count: len(limits), policy: headers.Policy(limits)}
+	m.minQuota = limits[0].Quota()
+	for _, l := range limits {
+		m.minQuota = min(m.minQuota, l.Quota())
+	}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -122,7 +140,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			h.Set(HeaderReset, strconv.FormatInt(headers.Seconds(res.ResetAfter), 10))
 		}
 		if res.Allowed {
-			next.ServeHTTP(w, r)
+			if m.opts.CostHeader == "" && !m.opts.Settle {
+				next.ServeHTTP(w, r)
+				return
+			}
+			m.serveAndSettle(w, r, next, key, cost)
 			return
 		}
 		d := Denial{Result: res, Policy: headers.Name(res.Name, res.Index, m.count), Key: key, Cost: cost}
@@ -135,6 +157,71 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		writeDenial(w, d)
 	})
+}
+
+// maxSettleQuotas bounds the debt one request's settlement charges, in
+// quotas of its smallest limit.
+const maxSettleQuotas = 16
+
+// settleKey is the context key of a request's settlement.
+type settleKey struct{}
+
+// settlement is the real cost a handler reported with SetCost.
+type settlement struct {
+	cost int64
+	set  bool
+}
+
+// SetCost reports the real cost of the request r, whose handler runs
+// behind a Middleware with Settle or a CostHeader: when the handler
+// returns, the middleware refunds or charges the difference with the
+// estimate it charged. It reports false when r is not behind such a
+// middleware. A negative cost counts as 0.
+func SetCost(r *http.Request, cost int64) bool {
+	st, ok := r.Context().Value(settleKey{}).(*settlement)
+	if ok {
+		st.cost, st.set = max(cost, 0), true
+	}
+	return ok
+}
+
+// serveAndSettle serves an allowed request and settles its real cost.
+func (m *Middleware) serveAndSettle(w http.ResponseWriter, r *http.Request, next http.Handler, key string, estimate int64) {
+	st := &settlement{}
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), settleKey{}, st)))
+	real := estimate
+	switch {
+	case st.set:
+		real = st.cost
+	case m.opts.CostHeader != "":
+		if v := w.Header().Get(m.opts.CostHeader); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				m.opts.Logger.Warn("httplimit: ignoring a bad cost header", "header", m.opts.CostHeader, "value", v)
+				return
+			}
+			real = n
+		}
+	}
+	// The request's own context may be gone (the client left); the cost
+	// was still incurred.
+	ctx := context.WithoutCancel(r.Context())
+	var err error
+	switch {
+	case real > estimate:
+		// One Charge takes at most a quota; a reply that cost several
+		// takes several, up to maxSettleQuotas of debt.
+		for left, i := real-estimate, 0; left > 0 && i < maxSettleQuotas && err == nil; i++ {
+			chunk := min(left, m.minQuota)
+			_, err = m.lim.Charge(ctx, key, chunk)
+			left -= chunk
+		}
+	case real < estimate:
+		_, err = m.lim.Refund(ctx, key, estimate-real)
+	}
+	if err != nil {
+		m.opts.Logger.Error("httplimit: settling a request's cost failed", "key", key, "estimate", estimate, "cost", real, "error", err.Error())
+	}
 }
 
 // failed answers a request whose decision failed.

@@ -320,3 +320,51 @@ func TestThrottledVector(t *testing.T) {
 
 // No test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestSettle charges an estimate before the handler and settles the real
+// cost after it, from the cost header or from SetCost: a refund of what
+// was charged too much, or a charge of what was missing, into debt.
+func TestSettle(t *testing.T) {
+	tests := []struct {
+		name      string
+		header    string // the handler's cost header, "" for none
+		setCost   int64  // -1: the handler does not call SetCost
+		remaining int64  // of 10, after the request
+		full      time.Duration
+	}{
+		{"no report: the estimate stands", "", -1, 7, 0},
+		{"header: less than the estimate", "1", -1, 9, 0},
+		{"header: more than the estimate", "8", -1, 2, 0},
+		{"header: into debt", "25", -1, 0, 25 * time.Second},
+		{"header: debt beyond a quota waits it out", "33", -1, 0, 33 * time.Second},
+		{"SetCost wins over the header", "8", 0, 10, 0},
+		{"a bad header is ignored", "many", -1, 7, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, _ := storetest.NewLimiter(t, floodgate.TokenBucket(1, time.Second, 10))
+			mw := httplimit.New(lim, &httplimit.Options{
+				Key:        func(*http.Request) (string, error) { return "k", nil },
+				Cost:       func(*http.Request) int64 { return 3 },
+				CostHeader: "X-Tokens-Used",
+				Logger:     slog.New(slog.DiscardHandler),
+			})
+			h := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tt.header != "" {
+					w.Header().Set("X-Tokens-Used", tt.header)
+				}
+				if tt.setCost >= 0 && !httplimit.SetCost(r, tt.setCost) {
+					t.Error("SetCost found no settlement")
+				}
+			}))
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+			r, err := lim.Peek(context.Background(), "k")
+			if err != nil || r.Remaining != tt.remaining || (tt.full != 0 && r.ResetAfter != tt.full) {
+				t.Fatalf("after the request: %+v, %v; want %d remaining, full after %s", r, err, tt.remaining, tt.full)
+			}
+		})
+	}
+	if httplimit.SetCost(httptest.NewRequest("GET", "/", nil), 1) {
+		t.Error("SetCost outside a settling middleware reported true")
+	}
+}
