@@ -9,10 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/service"
@@ -142,7 +144,7 @@ func validate(path string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "%s: %d rules, valid\n", path, len(cfg.Rules))
+	fmt.Fprintf(stdout, "%s: %d rules, %d envoy domains, valid\n", path, len(cfg.Rules), len(cfg.Domains))
 	for _, r := range cfg.Rules {
 		var ls []string
 		for _, l := range r.Limits {
@@ -157,5 +159,41 @@ func validate(path string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  %s%s: %s\n", r.Name, shadow, strings.Join(ls, "; "))
 	}
+	names := make([]string, 0, len(cfg.Domains))
+	for name := range cfg.Domains {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		d := cfg.Domains[name]
+		fmt.Fprintf(stdout, "  domain %s (%s):\n", name, d.File)
+		printDescriptors(stdout, &d.Root)
+	}
 	return 0
+}
+
+// printDescriptors lists a domain's limits, one line each, in name order.
+func printDescriptors(w io.Writer, n *config.Descriptor) {
+	names := make([]string, 0, len(n.Children))
+	for name := range n.Children {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c := n.Children[name]
+		if l := c.Limit; l != nil {
+			what := "unlimited"
+			switch {
+			case l.Unlimited:
+			case l.Limit == (floodgate.Limit{}):
+				what = fmt.Sprintf("0 per %s: every hit is over the limit", strings.ToLower(l.Unit.String()))
+			case l.Counting:
+				what = fmt.Sprintf("%d per %s (envoyproxy/ratelimit's fixed window)", l.RequestsPerUnit, l.Limit.Period())
+			default:
+				what = l.Limit.String()
+			}
+			fmt.Fprintf(w, "    %s: %s\n", c.Path, what)
+		}
+		printDescriptors(w, c)
+	}
 }

@@ -17,12 +17,16 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/resp"
+	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/internal/service"
 	"github.com/floodgate/floodgate/internal/tlsconf"
 	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // serveFlags are the flags of floodgate serve.
@@ -31,8 +35,11 @@ type serveFlags struct {
 	config string
 	http   string
 	resp   string
-	token  string
-	watch  time.Duration
+	grpc   string
+	// Envoy's rate limit service: envoyproxy/ratelimit's options.
+	stopIncrement, rlsHeaders bool
+	token                     string
+	watch                     time.Duration
 	// protectMetrics requires the token on /metrics too.
 	protectMetrics bool
 	// httpMaxConns caps the HTTP listener's open connections.
@@ -56,6 +63,9 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.config, "config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML); reloaded on SIGHUP and when it changes ($FLOODGATE_CONFIG)")
 	fs.StringVar(&f.http, "http", e.str("FLOODGATE_HTTP", "127.0.0.1:8080"), "HTTP API address; empty to disable ($FLOODGATE_HTTP)")
 	fs.StringVar(&f.resp, "resp", e.str("FLOODGATE_RESP", "127.0.0.1:6380"), "Redis protocol address; empty to disable ($FLOODGATE_RESP)")
+	fs.StringVar(&f.grpc, "grpc", e.str("FLOODGATE_GRPC", ""), "gRPC address for Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty (the default) to disable ($FLOODGATE_GRPC)")
+	fs.BoolVar(&f.stopIncrement, "stop-cache-key-increment-when-overlimit", e.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false), "Envoy requests over the limit on any descriptor charge none of them, atomically ($STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as envoyproxy/ratelimit names it)")
+	fs.BoolVar(&f.rlsHeaders, "rls-headers", e.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false), "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers ($LIMIT_RESPONSE_HEADERS_ENABLED, as envoyproxy/ratelimit names it)")
 	fs.StringVar(&f.token, "token", e.str("FLOODGATE_TOKEN", ""), "require this bearer token on the HTTP API and AUTH on the Redis protocol ($FLOODGATE_TOKEN)")
 	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
@@ -81,15 +91,18 @@ type server struct {
 	ui             bool              // the dashboard is served
 	tls            *tlsconf.Reloader // nil without TLS
 	httpLn, respLn net.Listener
+	grpcLn         net.Listener
 	httpSrv        *http.Server
 	respSrv        *resp.Server
+	grpcSrv        *grpc.Server
+	rls            *rls.Server
 	wg             sync.WaitGroup
 	errs           chan error // a server that stopped by itself
 }
 
 // listen opens the listeners the flags ask for, and the servers for them.
 func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
-	s := &server{errs: make(chan error, 2), ui: board != nil}
+	s := &server{errs: make(chan error, 3), ui: board != nil}
 	var err error
 	if f.tls != (tlsconf.Files{}) {
 		if s.tls, err = tlsconf.Load(f.tls); err != nil {
@@ -125,8 +138,24 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 		}
 		s.respSrv = resp.New(svc, &resp.Options{Token: f.token, Version: getVersion(), Logger: log})
 	}
-	if s.httpLn == nil && s.respLn == nil {
-		return nil, errors.New("both --http and --resp are disabled: nothing to serve")
+	if f.grpc != "" {
+		if s.grpcLn, err = net.Listen("tcp", f.grpc); err != nil {
+			for _, ln := range []net.Listener{s.httpLn, s.respLn} {
+				if ln != nil {
+					ln.Close()
+				}
+			}
+			return nil, fmt.Errorf("--grpc: %w", err)
+		}
+		var opts []grpc.ServerOption
+		if s.tls != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
+		}
+		s.grpcSrv = grpc.NewServer(opts...)
+		s.rls = rls.Register(s.grpcSrv, svc, log)
+	}
+	if s.httpLn == nil && s.respLn == nil && s.grpcLn == nil {
+		return nil, errors.New("--http, --resp and --grpc are all disabled: nothing to serve")
 	}
 	return s, nil
 }
@@ -148,6 +177,16 @@ func (s *server) start(stdout io.Writer) {
 			defer s.wg.Done()
 			if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.errs <- fmt.Errorf("HTTP: %w", err)
+			}
+		}()
+	}
+	if s.grpcLn != nil {
+		fmt.Fprintf(stdout, "Envoy rate limit service (gRPC) on %s (envoy.service.ratelimit.v3.RateLimitService%s)\n", s.grpcLn.Addr(), tlsNote)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpcSrv.Serve(s.grpcLn); err != nil {
+				s.errs <- fmt.Errorf("gRPC: %w", err)
 			}
 		}()
 	}
@@ -181,6 +220,24 @@ func (s *server) shutdown() {
 			defer wg.Done()
 			if s.httpSrv.Shutdown(ctx) != nil {
 				s.httpSrv.Close() // a client still sending: cut it off
+			}
+		}()
+	}
+	if s.grpcSrv != nil {
+		s.rls.Shutdown()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() {
+				s.grpcSrv.GracefulStop()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpcSrv.Stop() // cut off what is still open
+				<-done
 			}
 		}()
 	}
@@ -219,7 +276,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	defer st.close()
-	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied})
+	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied,
+		StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
@@ -244,6 +302,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "floodgate %s\n", getVersion())
 	fmt.Fprintf(stdout, "store: %s\n", st.desc)
 	fmt.Fprintf(stdout, "rules: %d from %s\n", len(cfg.Rules), cfg.Source)
+	if len(cfg.Domains) > 0 {
+		fmt.Fprintf(stdout, "envoy domains: %d from %s\n", len(cfg.Domains), cfg.Source)
+	}
 	srv.start(stdout)
 	if s, ok := stdout.(interface{ Sync() error }); ok {
 		s.Sync()
@@ -322,7 +383,25 @@ func stamp(path string) fileStamp {
 	if err != nil {
 		return fileStamp{size: -1}
 	}
-	return fileStamp{fi.ModTime(), fi.Size()}
+	if !fi.IsDir() {
+		return fileStamp{fi.ModTime(), fi.Size()}
+	}
+	// A directory of files: the latest change of any of them (or of the
+	// directory, when one comes or goes), and their sizes.
+	st := fileStamp{mod: fi.ModTime()}
+	files, err := config.Files(path)
+	if err != nil {
+		return fileStamp{size: -1}
+	}
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			if fi.ModTime().After(st.mod) {
+				st.mod = fi.ModTime()
+			}
+			st.size = st.size*31 + fi.Size() + 1
+		}
+	}
+	return st
 }
 
 // watchFile calls changed whenever the file's stamp differs from the last

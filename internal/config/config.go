@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,11 +41,15 @@ type Rule struct {
 	Shadow bool
 }
 
-// Config is a validated rules file. It is immutable once Parse returns it.
+// Config is a validated rules file, or directory of files. It is
+// immutable once Parse or Load returns it.
 type Config struct {
 	Rules  []Rule
 	byName map[string]int
-	Source string // the file it came from, or "built-in"
+	Source string // the file or directory it came from, or "built-in"
+	// Domains are the envoyproxy/ratelimit domains, by name (see
+	// envoy.go).
+	Domains map[string]*Domain
 }
 
 // Rule returns the rule called name.
@@ -78,13 +83,81 @@ const ExampleYAML = `rules:
     burst: 20
 `
 
-// Load reads and parses the file at path.
+// Load reads and parses the file at path, or every *.yaml and *.yml file
+// in the directory at path (not below it), in name order, as
+// envoyproxy/ratelimit loads its runtime directory: each file is either a
+// floodgate rules file or one envoyproxy/ratelimit domain. Rule names and
+// domains must be unique across the files. Dot files are skipped.
 func Load(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, b)
+	if !fi.IsDir() {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		return Parse(path, b)
+	}
+	files, err := Files(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, Errors{{File: path, Msg: "the directory has no *.yaml or *.yml file"}}
+	}
+	all := &Config{byName: map[string]int{}, Source: path}
+	var errs Errors
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		c, err := Parse(f, b)
+		var es Errors
+		if errors.As(err, &es) {
+			errs = append(errs, es...)
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		for _, r := range c.Rules {
+			if _, dup := all.byName[r.Name]; dup {
+				errs = append(errs, &Error{File: f, Field: "rules", Msg: fmt.Sprintf("rule %q is defined in another file of %s too", r.Name, path)})
+				continue
+			}
+			all.byName[r.Name] = len(all.Rules)
+			all.Rules = append(all.Rules, r)
+		}
+		for _, d := range c.Domains {
+			if err := all.addDomain(d); err != nil {
+				errs = append(errs, err.(*Error))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return all, nil
+}
+
+// Files lists the configuration files that Load reads from the directory
+// dir, in name order.
+func Files(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		files = append(files, filepath.Join(dir, n))
+	}
+	return files, nil
 }
 
 // Error is a problem in a rules file, at a line and column.
@@ -145,6 +218,14 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, Errors{{File: file, Msg: "the file is empty: it needs a rules list"}}
 	}
 	root := doc.Content[0]
+	if isEnvoy(root) {
+		d := p.envoyDomain(root)
+		if len(p.errs) > 0 {
+			return nil, p.errs
+		}
+		c.Domains = map[string]*Domain{d.Name: d}
+		return c, nil
+	}
 	if root.Kind != yaml.MappingNode {
 		p.errorf(root, "", "the file must be a mapping with a rules list")
 		return nil, p.errs
@@ -156,7 +237,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		case "rules":
 			rules = v
 		default:
-			p.errorf(k, k.Value, "unknown top-level field (known: rules)")
+			p.errorf(k, k.Value, "unknown top-level field (known: rules; or domain and descriptors for an envoyproxy/ratelimit file)")
 		}
 	}
 	switch {
@@ -194,13 +275,17 @@ func (p *parser) fields(n *yaml.Node, path string, known ...string) map[string]*
 		p.errorf(n, path, "must be a mapping")
 		return out
 	}
+	prefix := path + "."
+	if path == "" {
+		prefix = ""
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch {
 		case !contains(known, k.Value):
-			p.errorf(k, path+"."+k.Value, "unknown field (known: %s)", strings.Join(known, ", "))
+			p.errorf(k, prefix+k.Value, "unknown field (known: %s)", strings.Join(known, ", "))
 		case out[k.Value] != nil:
-			p.errorf(k, path+"."+k.Value, "given twice")
+			p.errorf(k, prefix+k.Value, "given twice")
 		default:
 			out[k.Value] = v
 		}

@@ -84,6 +84,7 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("POST", "/v1/reset", a.auth(a.reset))
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
+	handle("POST", "/json", a.auth(a.envoyJSON))
 	if d := o.Dashboard; d != nil {
 		handle("GET", "/v1/dashboard", a.auth(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Cache-Control", "no-store")

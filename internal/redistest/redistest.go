@@ -43,7 +43,8 @@ func need(t testing.TB, bin string) string {
 	return p
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,7 +61,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	bin := need(t, "redis-server")
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
-		s, err := start(t, bin, freePort(t), extra)
+		s, err := start(t, bin, FreePort(t), extra)
 		if err == nil {
 			return s
 		}
@@ -174,7 +175,7 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 		var s *Server
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
-			if s, err = start(t, bin, freePort(t), []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}); err == nil {
+			if s, err = start(t, bin, FreePort(t), []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}); err == nil {
 				break
 			}
 		}
@@ -256,7 +257,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		var sen *Server
 		var err error
 		for attempt := 0; attempt < 5 && sen == nil; attempt++ {
-			sen, err = startSentinel(t, bin, freePort(t), masterPort)
+			sen, err = startSentinel(t, bin, FreePort(t), masterPort)
 		}
 		if sen == nil {
 			t.Fatalf("starting a sentinel: %v", err)

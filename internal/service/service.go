@@ -59,13 +59,21 @@ type Service struct {
 	latency   *metrics.Histogram
 	reloads   *metrics.CounterVec
 	lastOK    atomic.Int64 // unix seconds of the last good (re)load
+
+	// Envoy's rate limit service (envoy.go).
+	atomic     bool // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	rlsHeaders bool
+	now        func() time.Time
+	overrides  overrides
+	envoyStats *envoyMetrics
 }
 
 // ruleset is a configuration with its rules prepared on the store once,
 // when the configuration is swapped in.
 type ruleset struct {
-	cfg   *config.Config
-	rules map[string]*rule
+	cfg     *config.Config
+	rules   map[string]*rule
+	domains map[string]*envoyDomain
 }
 
 // rule is a configured rule, its Limiter, and the prefix of its keys in
@@ -85,6 +93,9 @@ func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
 		}
 		rs.rules[r.Name] = &rule{Rule: r, lim: lim, prefix: ruleKey(r.Name, "")}
 	}
+	if err := s.prepareDomains(cfg, rs); err != nil {
+		return nil, err
+	}
 	return rs, nil
 }
 
@@ -103,6 +114,18 @@ type Options struct {
 	// denied check (shadow rules' included; CL.THROTTLE's as rule
 	// "CL.THROTTLE"), from the checking goroutine. It must be fast.
 	OnDenied func(rule, key string)
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, done exactly: an Envoy
+	// request over the limit on any descriptor charges none of them.
+	// Default: false, hits over the limit count, as there.
+	StopIncrementWhenOverLimit bool
+	// RateLimitHeaders adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset to Envoy answers, for the descriptor closest to its
+	// limit, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
+	RateLimitHeaders bool
+	// Now is the clock of Envoy answers' DurationUntilReset. Default:
+	// time.Now.
+	Now func() time.Time
 }
 
 // New returns a Service over store with the rules cfg. It fails when the
@@ -116,7 +139,11 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		o.Logger = slog.Default()
 	}
 	fb := o.Fallback
-	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied,
+		atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -128,6 +155,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 	s.latency = m.NewHistogram("floodgate_store_latency_seconds", "Time the store took to decide.",
 		[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})
 	s.reloads = m.NewCounterVec("floodgate_config_reloads_total", "Rule file reloads by result (success, failure).", "result")
+	s.envoyStats = newEnvoyMetrics(m)
 	m.NewGaugeFunc("floodgate_config_last_reload_success_timestamp_seconds", "When the rules in use were loaded.", func() float64 { return float64(s.lastOK.Load()) })
 	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.Config().Rules)) })
 	m.NewGaugeFunc("floodgate_fallback_degraded", "1 while the Redis store is failing and decisions follow the fallback policy, else 0.", func() float64 {

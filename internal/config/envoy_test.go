@@ -1,0 +1,215 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// envoyExample is envoyproxy/ratelimit's README examples, in one domain.
+const envoyExample = `domain: example
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+  - key: key1
+    value: value*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 20
+  - key: files
+    value: /api/*
+    share_threshold: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+  - key: unlimited
+    rate_limit:
+      unlimited: true
+  - key: named
+    rate_limit: {unit: minute, requests_per_unit: 3, name: low, replaces: [{name: high}]}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: token-bucket, burst: 30}
+  - key: tenminutes
+    rate_limit: {unit: minute, unit_multiplier: 10, requests_per_unit: 7}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+`
+
+func TestEnvoyParse(t *testing.T) {
+	c, err := Parse("example.yaml", []byte(envoyExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["example"]
+	if d == nil || len(c.Rules) != 0 {
+		t.Fatalf("Domains = %v, Rules = %v", c.Domains, c.Rules)
+	}
+	for _, tc := range []struct {
+		name  string
+		limit floodgate.Limit
+		count bool
+	}{
+		{"database_users", floodgate.FixedWindow(500, time.Second), true},
+		{"remote_address", floodgate.FixedWindow(10, time.Second), true},
+		{"bucket", floodgate.TokenBucket(10, time.Second, 30), false},
+		{"tenminutes", floodgate.FixedWindow(7, 10*time.Minute), true},
+		{"blocked", floodgate.Limit{}, true},
+	} {
+		l := d.Root.Children[tc.name].Limit
+		if l.Limit != tc.limit || l.Counting != tc.count {
+			t.Errorf("%s: limit %v counting %v, want %v %v", tc.name, l.Limit, l.Counting, tc.limit, tc.count)
+		}
+	}
+	if l := d.Root.Children["unlimited"].Limit; !l.Unlimited {
+		t.Errorf("unlimited: %+v", l)
+	}
+	if l := d.Root.Children["named"].Limit; l.Name != "low" || len(l.Replaces) != 1 || l.Replaces[0] != "high" {
+		t.Errorf("named: %+v", l)
+	}
+}
+
+func TestEnvoyLookup(t *testing.T) {
+	c, err := Parse("example.yaml", []byte(envoyExample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["example"]
+	for _, tc := range []struct {
+		entries []Entry
+		stat    string // "" for no limit
+		shared  string // the first entry's shared pattern
+	}{
+		{[]Entry{{"database", "users"}}, "example.database_users", ""},
+		{[]Entry{{"database", "other"}}, "", ""},
+		{[]Entry{{"remote_address", "10.0.0.1"}}, "example.remote_address", ""},
+		{[]Entry{{"message_type", "marketing"}, {"to_number", "2061234567"}}, "example.message_type_marketing.to_number", ""},
+		{[]Entry{{"message_type", "marketing"}}, "", ""},                                  // the limit is one level down
+		{[]Entry{{"remote_address", "a"}, {"extra", "b"}}, "", ""},                        // deeper than the config
+		{[]Entry{{"key1", "value1"}}, "example.key1_value*", ""},                          // trailing wildcard
+		{[]Entry{{"key1", "valu"}}, "", ""},                                               // not the prefix
+		{[]Entry{{"files", "/api/a"}}, "example.files_/api/*", "/api/*"},                  // share_threshold
+		{[]Entry{{"files", "/api/b"}}, "example.files_/api/*", "/api/*"},                  // the same counter
+		{[]Entry{{"unlimited", "x"}}, "example.unlimited", ""},                            //
+		{[]Entry{{"tenminutes", ""}}, "example.tenminutes", ""},                           //
+		{[]Entry{{"nope", "x"}}, "", ""},                                                  //
+		{[]Entry{{"message_type", "marketing"}, {"to_number", "1"}, {"x", "y"}}, "", ""},  //
+		{[]Entry{{"message_type", "transactional"}, {"to_number", "2061234567"}}, "", ""}, //
+		{[]Entry{{"remote_address", ""}}, "example.remote_address", ""},                   //
+		{[]Entry{}, "", ""}, //
+		{[]Entry{{"database", "users"}, {"database", "users"}}, "", ""},                                             //
+		{[]Entry{{"bucket", "k"}}, "example.bucket", ""},                                                            //
+		{[]Entry{{"key1", "value"}}, "example.key1_value*", ""},                                                     // * matches the empty rest
+		{[]Entry{{"files", "/api/"}}, "example.files_/api/*", "/api/*"},                                             //
+		{[]Entry{{"files", "/other"}}, "", ""},                                                                      //
+		{[]Entry{{"named", "a"}}, "example.named", ""},                                                              //
+		{[]Entry{{"blocked", "a"}}, "example.blocked", ""},                                                          //
+		{[]Entry{{"message_type", "marketing"}, {"to_number", ""}}, "example.message_type_marketing.to_number", ""}, //
+	} {
+		m := d.Lookup(tc.entries)
+		if m.StatKey != tc.stat {
+			t.Errorf("%v: StatKey %q, want %q", tc.entries, m.StatKey, tc.stat)
+		}
+		if got := ""; m.Shared != nil {
+			got = m.Shared[0]
+			if got != tc.shared {
+				t.Errorf("%v: shared %q, want %q", tc.entries, got, tc.shared)
+			}
+		} else if tc.shared != "" {
+			t.Errorf("%v: not shared, want %q", tc.entries, tc.shared)
+		}
+	}
+}
+
+// TestEnvoyInvalid holds the files envoyproxy/ratelimit rejects, and those
+// it lets through that floodgate rejects (unknown fields in the wrong
+// place, bad values): each with its position.
+func TestEnvoyInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"empty domain", "domain: \"\"\ndescriptors: []\n", `x.yaml:1:9: domain: config file cannot have empty domain`},
+		{"empty key", "domain: d\ndescriptors:\n  - value: v\n", `x.yaml:3:5: descriptors[0].key: descriptor has empty key`},
+		{"duplicate key", "domain: d\ndescriptors:\n  - key: k\n  - key: k\n", `x.yaml:4:5: descriptors[1]: duplicate descriptor composite key 'd.k'`},
+		{"duplicate key and value", "domain: d\ndescriptors:\n  - {key: k, value: v}\n  - {key: k, value: v}\n", `duplicate descriptor composite key 'd.k_v'`},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", `x.yaml:4:24: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'`},
+		{"no unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", `invalid rate limit unit ''`},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", `x.yaml:4:41: descriptors[0].rate_limit.unit: should not specify rate limit unit when unlimited`},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n", `replaces should not contain name of same descriptor`},
+		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n", `should not have an empty replaces entry`},
+		{"unknown field", "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: second}\n", `x.yaml:4:5: descriptors[0].ratelimit: unknown field`},
+		{"unknown top-level field", "domain: d\nrules: []\n", `x.yaml:2:1: rules: unknown field`},
+		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", `share_threshold can only be used with wildcard values (ending with '*'), but found key 'k_v'`},
+		{"negative requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `requests_per_unit: must be from 0 to 4294967295, got -1`},
+		{"fractional requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n", `must be a whole number, got 1.5`},
+		{"not a bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes\n", `shadow_mode: must be true or false, got "yes"`},
+		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: magic}\n", `unknown algorithm "magic"`},
+		{"burst without algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", `burst needs an algorithm`},
+		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding-window, burst: 5}\n", `burst: is not a parameter of sliding-window`},
+		{"zero multiplier", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n", `unit_multiplier: must be from 1 to`},
+		{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", `descriptors: must be a list of descriptors`},
+		{"unlimited with algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, algorithm: gcra}\n", `an unlimited rate_limit takes no algorithm`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadDirectory(t *testing.T) {
+	write := func(dir, name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	write(dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	write(dir, "b.yml", "domain: b\n")
+	write(dir, "rules.yaml", ExampleYAML)
+	write(dir, ".hidden.yaml", "not: [valid")
+	write(dir, "notes.txt", "ignored")
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Domains) != 2 || c.Domains["a"] == nil || c.Domains["b"] == nil || len(c.Rules) != 1 {
+		t.Fatalf("Domains %v, Rules %v", c.Domains, c.Rules)
+	}
+
+	// Two files of one domain, as envoyproxy/ratelimit refuses them.
+	write(dir, "c.yaml", "domain: a\n")
+	_, err = Load(dir)
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:1:1: domain: duplicate domain 'a' in config file (also in "+filepath.Join(dir, "a.yaml")+")") {
+		t.Errorf("duplicate domain: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "c.yaml"))
+	// A bad file fails the whole directory, with its own position.
+	write(dir, "d.yaml", "domain: d\ndescriptors:\n  - key: \"\"\n")
+	if _, err = Load(dir); err == nil || !strings.Contains(err.Error(), "d.yaml:3:10: descriptors[0].key: descriptor has empty key") {
+		t.Errorf("bad file: %v", err)
+	}
+	if _, err = Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no *.yaml or *.yml file") {
+		t.Errorf("empty directory: %v", err)
+	}
+}

@@ -1,0 +1,178 @@
+// Package peertest builds and starts envoyproxy/ratelimit, the reference
+// Envoy rate limit service, from its Go module, for differential tests and
+// benchmarks. Outside CI a peer that cannot be built skips the test; in CI
+// (CI=true, or FLOODGATE_REQUIRE_PEERS=1) it fails it.
+package peertest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// RatelimitVersion is the version of github.com/envoyproxy/ratelimit that
+// the tests compare with: its main branch of 2026-01-22.
+const RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+func required() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("FLOODGATE_REQUIRE_PEERS") == "1"
+}
+
+// Build returns the path of envoyproxy/ratelimit's service_cmd, built
+// once per test binary with go install into a temporary directory.
+func Build(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "floodgate-peer-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion)
+		cmd.Env = append(os.Environ(), "GOBIN="+buildDir, "GOFLAGS=-mod=mod", "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go install envoyproxy/ratelimit: %v\n%s", err, out)
+			return
+		}
+		buildBin = filepath.Join(buildDir, "service_cmd")
+	})
+	if buildErr != nil {
+		if required() {
+			t.Fatalf("envoyproxy/ratelimit could not be built: %v", buildErr)
+		}
+		t.Skipf("envoyproxy/ratelimit could not be built; skipping: %v", buildErr)
+	}
+	return buildBin
+}
+
+// Ratelimit is a running envoyproxy/ratelimit.
+type Ratelimit struct {
+	GRPC string // its gRPC address
+	HTTP string // its HTTP address (POST /json)
+	cmd  *exec.Cmd
+}
+
+// Start runs envoyproxy/ratelimit against the redis-server at redisAddr,
+// with the domain files files (name: YAML) as its runtime configuration
+// and env added to its environment (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true,
+// ...). It waits until the service answers, and stops it by its PID when
+// t ends.
+func Start(t testing.TB, redisAddr string, files map[string]string, env ...string) *Ratelimit {
+	t.Helper()
+	bin := Build(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		r, err := start(bin, root, redisAddr, redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t), env)
+		if err == nil {
+			t.Cleanup(r.stop)
+			return r
+		}
+		if attempt == 3 {
+			t.Fatal(err)
+		}
+	}
+}
+
+func start(bin, root, redisAddr string, port, grpcPort, debugPort int, env []string) (*Ratelimit, error) {
+	cmd := exec.Command(bin)
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"USE_STATSD=false", "LOG_LEVEL=warn",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"PORT=" + strconv.Itoa(port), "GRPC_PORT=" + strconv.Itoa(grpcPort), "DEBUG_PORT=" + strconv.Itoa(debugPort),
+	}, env...)
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &lockedWriter{b: &logs}, &lockedWriter{b: &logs}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &Ratelimit{GRPC: "127.0.0.1:" + strconv.Itoa(grpcPort), HTTP: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	conn, err := grpc.NewClient(r.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		r.stop()
+		return nil, err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("envoyproxy/ratelimit exited:\n%s", logs.String())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		h, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && h.Status == healthpb.HealthCheckResponse_SERVING {
+			return r, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.stop()
+	return nil, fmt.Errorf("envoyproxy/ratelimit did not become healthy within 20s:\n%s", logs.String())
+}
+
+func (r *Ratelimit) stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// Client returns a gRPC client of a rate limit service at addr, closed
+// when t ends.
+func Client(t testing.TB, addr string) rls.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rls.NewRateLimitServiceClient(conn)
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}

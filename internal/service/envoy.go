@@ -1,0 +1,452 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/metrics"
+)
+
+// This file is Envoy's rate limit service (RLS v3) over the
+// envoyproxy/ratelimit domains of the configuration: the decisions and
+// the answer, field by field as envoyproxy/ratelimit gives them. The gRPC
+// and /json servers are thin layers over ShouldRateLimit.
+
+// envoyDomain is a domain with a Limiter per limit, made when the
+// configuration is swapped in.
+type envoyDomain struct {
+	cfg  *config.Domain
+	lims map[*config.EnvoyLimit]*floodgate.Limiter
+}
+
+func (s *Service) prepareDomains(cfg *config.Config, rs *ruleset) error {
+	rs.domains = make(map[string]*envoyDomain, len(cfg.Domains))
+	for name, d := range cfg.Domains {
+		ed := &envoyDomain{cfg: d, lims: map[*config.EnvoyLimit]*floodgate.Limiter{}}
+		var walk func(n *config.Descriptor) error
+		walk = func(n *config.Descriptor) error {
+			if l := n.Limit; l != nil && l.Limit != (floodgate.Limit{}) {
+				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{l.Limit}, nil)
+				if err != nil {
+					return fmt.Errorf("domain %q, %s: %w", name, n.Path, err)
+				}
+				ed.lims[l] = lim
+			}
+			for _, c := range n.Children {
+				if err := walk(c); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := walk(&d.Root); err != nil {
+			return err
+		}
+		rs.domains[name] = ed
+	}
+	return nil
+}
+
+// envoyCheck is one descriptor of a request on its way to a decision.
+type envoyCheck struct {
+	limit   *config.EnvoyLimit
+	lim     *floodgate.Limiter
+	key     string // the store key
+	stat    string // the statistics' name
+	hits    int64
+	shadow  bool
+	quota   bool // quota_mode: over the limit is reported, not enforced
+	res     floodgate.Result
+	charged bool // hits were taken (and may need a refund)
+	over    bool
+	before  int64 // the counting window's count before the hits
+}
+
+// ShouldRateLimit is RLS v3's RateLimitService.ShouldRateLimit. It decides
+// each descriptor of req against the domain's limits (or the limit the
+// descriptor carries) and answers as envoyproxy/ratelimit does; see the
+// README for the differences. Its errors wrap ErrBadRequest (an empty
+// domain, no descriptors, a descriptor limit with no unit) or are the
+// store's.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, fmt.Errorf("%w: rate limit domain must not be empty", ErrBadRequest)
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrBadRequest)
+	}
+	rs := s.rules.Load()
+	dom := rs.domains[req.Domain]
+	checks := make([]envoyCheck, len(req.Descriptors))
+	unlimited := make([]bool, len(req.Descriptors))
+	var replaced map[string]bool
+	for i, d := range req.Descriptors {
+		c := &checks[i]
+		c.hits = hitsAddend(req, d)
+		if dom == nil {
+			continue // an unknown domain has no limits
+		}
+		if ov := d.GetLimit(); ov != nil {
+			l, lim, err := s.overrides.get(s.store, ov)
+			if err != nil {
+				return nil, err
+			}
+			c.limit, c.lim = l, lim
+			c.stat = descriptorStatKey(req.Domain, d.GetEntries())
+			c.key = envoyKey(req.Domain, d.GetEntries(), nil)
+			continue
+		}
+		m := dom.cfg.Lookup(entries(d.GetEntries()))
+		if m.Limit == nil {
+			continue
+		}
+		if m.Limit.Unlimited {
+			unlimited[i] = true
+		}
+		for _, r := range m.Limit.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+		c.limit, c.lim, c.stat = m.Limit, dom.lims[m.Limit], m.StatKey
+		c.shadow, c.quota = m.Node.ShadowMode, m.Node.QuotaMode
+		c.key = envoyKey(req.Domain, d.GetEntries(), m.Shared)
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.limit != nil && (unlimited[i] || (c.limit.Name != "" && replaced[c.limit.Name])) {
+			c.limit = nil
+		}
+	}
+	if err := s.decideEnvoy(ctx, checks); err != nil {
+		return nil, err
+	}
+	return s.envoyResponse(checks, unlimited), nil
+}
+
+// decideEnvoy takes each check's hits. A counting window counts hits over
+// its limit too, unless the atomic option is on: then a request over any
+// limit charges none, and what the others took goes back.
+func (s *Service) decideEnvoy(ctx context.Context, checks []envoyCheck) error {
+	anyOver := false
+	for i := range checks {
+		c := &checks[i]
+		if c.limit == nil {
+			continue
+		}
+		s.envoyStats.Add(uint64(c.hits), "total_hits", c.stat)
+		if c.lim == nil { // requests_per_unit: 0
+			c.over, c.before = true, 0
+			anyOver = anyOver || !(c.shadow || c.quota)
+			continue
+		}
+		start := time.Now()
+		res, err := c.lim.AllowN(ctx, c.key, min(c.hits, floodgate.MaxQuota))
+		s.latency.Observe(time.Since(start).Seconds())
+		if err != nil {
+			return err
+		}
+		c.res, c.charged, c.over = res, res.Allowed && c.hits > 0, !res.Allowed
+		c.before = res.Quota - res.Remaining
+		if res.Allowed {
+			c.before -= c.hits
+		}
+		if c.over && !(c.shadow || c.quota) {
+			anyOver = true // a shadow or quota-mode limit does not deny
+		}
+	}
+	for i := range checks {
+		c := &checks[i]
+		if c.limit == nil || c.lim == nil {
+			continue
+		}
+		switch {
+		case anyOver && s.atomic && c.charged:
+			res, err := c.lim.Refund(ctx, c.key, c.hits)
+			if err != nil {
+				return err
+			}
+			c.res, c.charged = res, false
+		case c.over && c.limit.Counting && !s.atomic && c.hits > 0:
+			// envoyproxy/ratelimit counts a hit over the limit: later
+			// requests in the window see it.
+			if _, err := c.lim.Charge(ctx, c.key, min(c.hits, floodgate.MaxQuota)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// envoyResponse builds the answer: a status per descriptor and the overall
+// code, with the RateLimit headers when they are enabled.
+func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.RateLimitResponse {
+	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(checks))}
+	now := s.now()
+	var minimum *rls.RateLimitResponse_DescriptorStatus
+	minRemaining := uint32(math.MaxUint32)
+	for i := range checks {
+		c := &checks[i]
+		if unlimited[i] {
+			resp.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
+		if c.limit == nil {
+			resp.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
+			continue
+		}
+		st := &rls.RateLimitResponse_DescriptorStatus{
+			Code: rls.RateLimitResponse_OK,
+			CurrentLimit: &rls.RateLimitResponse_RateLimit{
+				Name: c.limit.Name, RequestsPerUnit: c.limit.RequestsPerUnit, Unit: rls.RateLimitResponse_RateLimit_Unit(c.limit.Unit),
+			},
+			DurationUntilReset: durationpb.New(s.untilReset(c, now)),
+		}
+		if !c.over {
+			st.LimitRemaining = uint32(min(c.res.Remaining, math.MaxUint32))
+		}
+		s.count(c)
+		switch {
+		case c.over && c.quota:
+			// quota_mode: reported, not enforced.
+			st = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK, CurrentLimit: st.CurrentLimit}
+		case c.over && c.shadow:
+			// shadow_mode: counted, never denies.
+		case c.over:
+			st.Code = rls.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+		}
+		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
+			minimum, minRemaining = st, st.LimitRemaining
+		}
+		if st.Code == rls.RateLimitResponse_OVER_LIMIT {
+			minimum, minRemaining = st, 0
+		}
+		resp.Statuses[i] = st
+	}
+	if resp.OverallCode == rls.RateLimitResponse_OK {
+		s.decisions.Add(1, "envoy", "allowed")
+	} else {
+		s.decisions.Add(1, "envoy", "denied")
+	}
+	if s.rlsHeaders && minimum != nil {
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(minimum.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(minimum.LimitRemaining), 10)},
+			{Key: "RateLimit-Reset", Value: strconv.FormatInt(minimum.DurationUntilReset.GetSeconds(), 10)},
+		}
+	}
+	return resp
+}
+
+// untilReset is DurationUntilReset: for envoyproxy/ratelimit's window, as
+// it computes it, the whole seconds to the end of the unit (a unit of
+// one, even when nothing was counted); for floodgate's algorithms, the
+// time until the key is full again, rounded up to the second.
+func (s *Service) untilReset(c *envoyCheck, now time.Time) time.Duration {
+	if c.limit.Counting || c.lim == nil {
+		period := c.limit.Unit.Seconds()
+		if c.limit.Limit.Period() > 0 {
+			period = int64(c.limit.Limit.Period() / time.Second)
+		}
+		sec := now.Unix()
+		return time.Duration(period-sec%period) * time.Second
+	}
+	return (c.res.ResetAfter + time.Second - 1).Truncate(time.Second)
+}
+
+// count adds a decided check to the per-descriptor statistics
+// envoyproxy/ratelimit keeps: within, near (over 80% of the limit) and
+// over the limit, and over it in shadow mode.
+func (s *Service) count(c *envoyCheck) {
+	limit := int64(c.limit.RequestsPerUnit)
+	near := int64(math.Floor(float64(float32(limit) * 0.8)))
+	after := c.before + c.hits
+	switch {
+	case !c.over:
+		s.envoyStats.Add(uint64(c.hits), "within_limit", c.stat)
+		if after > near {
+			s.envoyStats.Add(uint64(after-max(near, c.before)), "near_limit", c.stat)
+		}
+	case c.before >= limit:
+		s.envoyStats.Add(uint64(c.hits), "over_limit", c.stat)
+	default:
+		s.envoyStats.Add(uint64(after-limit), "over_limit", c.stat)
+		s.envoyStats.Add(uint64(limit-max(near, c.before)), "near_limit", c.stat)
+	}
+	if c.over && c.shadow {
+		s.envoyStats.Add(uint64(min(c.hits, after-limit)), "shadow_mode", c.stat)
+	}
+}
+
+// hitsAddend is a descriptor's cost: its own hits_addend when set (0
+// then peeks), else the request's, where 0 means 1.
+func hitsAddend(req *rls.RateLimitRequest, d *rlcommon.RateLimitDescriptor) int64 {
+	h := uint64(max(req.GetHitsAddend(), 1))
+	if v := d.GetHitsAddend(); v != nil {
+		h = v.GetValue()
+	}
+	return int64(min(h, math.MaxInt64))
+}
+
+func entries(es []*rlcommon.RateLimitDescriptor_Entry) []config.Entry {
+	out := make([]config.Entry, len(es))
+	for i, e := range es {
+		out[i] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return out
+}
+
+// envoyKey is the store key of a descriptor's counter:
+// "e<len>:<domain>" and each entry's "<len>:<key><len>:<value>", with
+// the value replaced by the share_threshold wildcard where shared says.
+// The lengths make it unambiguous; rule keys start with "r", redis-cell's
+// with "cell:".
+func envoyKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry, shared []string) string {
+	b := make([]byte, 0, 64)
+	b = append(b, 'e')
+	b = strconv.AppendInt(b, int64(len(domain)), 10)
+	b = append(b, ':')
+	b = append(b, domain...)
+	for i, e := range es {
+		v := e.GetValue()
+		if i < len(shared) && shared[i] != "" {
+			v = shared[i]
+		}
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(len(e.GetKey())), 10)
+		b = append(b, ':')
+		b = append(b, e.GetKey()...)
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return string(b)
+}
+
+// descriptorStatKey names the statistics of a limit that the request
+// carried: "domain.key_value.key".
+func descriptorStatKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry) string {
+	k := domain
+	for _, e := range es {
+		k += "." + e.GetKey()
+		if e.GetValue() != "" {
+			k += "_" + e.GetValue()
+		}
+	}
+	return k
+}
+
+// overrides holds the limits that requests carry (a descriptor's limit
+// field), each prepared once: Envoy sends the same few over and over.
+type overrides struct {
+	mu   sync.Mutex
+	lims map[overrideKey]overrideLimit
+}
+
+type overrideKey struct {
+	rpu  uint32
+	unit config.Unit
+}
+
+type overrideLimit struct {
+	limit *config.EnvoyLimit
+	lim   *floodgate.Limiter
+}
+
+// maxOverrides bounds the distinct limits kept; past it, a new one is
+// prepared for its request only.
+const maxOverrides = 1024
+
+// get returns the counting fixed window of a descriptor's own limit.
+func (o *overrides) get(store floodgate.Store, ov *rlcommon.RateLimitDescriptor_RateLimitOverride) (*config.EnvoyLimit, *floodgate.Limiter, error) {
+	k := overrideKey{ov.GetRequestsPerUnit(), config.Unit(ov.GetUnit())}
+	if k.unit.Seconds() == 0 {
+		return nil, nil, fmt.Errorf("%w: the descriptor's limit has no valid unit (%d)", ErrBadRequest, ov.GetUnit())
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if l, ok := o.lims[k]; ok {
+		return l.limit, l.lim, nil
+	}
+	l := overrideLimit{limit: &config.EnvoyLimit{RequestsPerUnit: k.rpu, Unit: k.unit, Counting: true}}
+	if k.rpu > 0 {
+		l.limit.Limit = floodgate.FixedWindow(int64(k.rpu), time.Duration(k.unit.Seconds())*time.Second)
+		lim, err := floodgate.NewLimiter(store, []floodgate.Limit{l.limit.Limit}, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		l.lim = lim
+	}
+	if o.lims == nil {
+		o.lims = map[overrideKey]overrideLimit{}
+	}
+	if len(o.lims) < maxOverrides {
+		o.lims[k] = l
+	}
+	return l.limit, l.lim, nil
+}
+
+// envoyMetrics are envoyproxy/ratelimit's per-descriptor counters, named
+// and labelled as its documented statsd-to-Prometheus mapping names them:
+// ratelimit_service_rate_limit_total_hits{domain, key1, key2}, where key1
+// and key2 are the first two parts of the descriptor's name.
+type envoyMetrics struct {
+	vecs  map[string]*metrics.CounterVec
+	names sync.Map // stat key -> [3]string labels
+	n     atomic.Int64
+}
+
+// maxEnvoyStats bounds the label sets: names come from the configuration,
+// but detailed_metric and value_to_metric put request values in them.
+const maxEnvoyStats = 10000
+
+func newEnvoyMetrics(r *metrics.Registry) *envoyMetrics {
+	m := &envoyMetrics{vecs: map[string]*metrics.CounterVec{}}
+	for _, kind := range []string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"} {
+		m.vecs[kind] = r.NewCounterVec("ratelimit_service_rate_limit_"+kind,
+			"envoyproxy/ratelimit's "+kind+" per descriptor, labelled as its default Prometheus mapping labels it.", "domain", "key1", "key2")
+	}
+	return m
+}
+
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// Add adds n to the counter kind of the descriptor named stat.
+func (m *envoyMetrics) Add(n uint64, kind, stat string) {
+	if n == 0 {
+		return
+	}
+	v, ok := m.names.Load(stat)
+	if !ok {
+		var l [3]string
+		if m.n.Add(1) > maxEnvoyStats {
+			l = [3]string{"", "overflow", ""}
+		} else {
+			// As envoyproxy/ratelimit sanitizes statsd names: an IPv4
+			// address's dots and any : or | become _.
+			clean := strings.NewReplacer(":", "_", "|", "_").Replace(stat)
+			clean = ipv4.ReplaceAllStringFunc(clean, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+			parts := strings.SplitN(clean, ".", 4)
+			copy(l[:], parts)
+		}
+		v, _ = m.names.LoadOrStore(stat, l)
+	}
+	l := v.([3]string)
+	m.vecs[kind].Add(n, l[0], l[1], l[2])
+}

@@ -1,0 +1,199 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+const envoyDomain = `domain: web
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token-bucket, burst: 3}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// newEnvoy is a Service over a memory store on a fixed clock, at 10s past
+// a minute, and its Envoy answers' clock at the same instant.
+func newEnvoy(t *testing.T, opts service.Options) *service.Service {
+	t.Helper()
+	now := storetest.Base.Add(10 * time.Second)
+	clock := storetest.NewClock(now)
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	cfg, err := config.Parse("web.yaml", []byte(envoyDomain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Now = func() time.Time { return now }
+	svc, err := service.New(st, cfg, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func rlsDesc(kv ...string) *rlcommon.RateLimitDescriptor {
+	d := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// status is a DescriptorStatus in short: code, limit, remaining, reset
+// in seconds (-1: none).
+type status struct {
+	over      bool
+	rpu       uint32 // 0: no CurrentLimit
+	remaining uint32
+	reset     int64
+}
+
+func short(s *rls.RateLimitResponse_DescriptorStatus) status {
+	out := status{over: s.Code == rls.RateLimitResponse_OVER_LIMIT, remaining: s.LimitRemaining, reset: -1}
+	if s.CurrentLimit != nil {
+		out.rpu = s.CurrentLimit.RequestsPerUnit
+	}
+	if s.DurationUntilReset != nil {
+		out.reset = s.DurationUntilReset.Seconds
+	}
+	return out
+}
+
+func TestShouldRateLimit(t *testing.T) {
+	minuteLeft := int64(60 - storetest.Base.Add(10*time.Second).Unix()%60)
+	hourLeft := int64(3600 - storetest.Base.Add(10*time.Second).Unix()%3600)
+	for _, tc := range []struct {
+		name   string
+		atomic bool
+		reqs   []*rls.RateLimitRequest
+		want   []status // of the last request
+		over   bool     // its overall code
+	}{
+		{name: "within", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
+			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}}},
+		{name: "hits over the limit count", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
+			want: []status{{over: true, rpu: 2, reset: minuteLeft}}, over: true},
+		{name: "no limit applies", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("nope", "a"), rlsDesc("ip", "a", "deeper", "b")}}},
+			want: []status{{reset: -1}, {reset: -1}}},
+		{name: "unknown domain", reqs: []*rls.RateLimitRequest{{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
+			want: []status{{reset: -1}}},
+		{name: "unlimited", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("free", "a")}}},
+			want: []status{{remaining: math.MaxUint32, reset: -1}}},
+		{name: "zero requests per unit", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("blocked", "a")}}},
+			want: []status{{over: true, rpu: 0, reset: hourLeft}}, over: true},
+		{name: "floodgate's token bucket", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("bucket", "a")}}},
+			want: []status{{rpu: 1, remaining: 2, reset: 1}}},
+		{name: "quota mode reports, does not deny", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}}},
+			want: []status{{rpu: 1, reset: -1}}},
+		{name: "shadow mode", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}}},
+			want: []status{{rpu: 1, reset: minuteLeft}}},
+		{name: "descriptor hits_addend wins", reqs: []*rls.RateLimitRequest{{Domain: "web", HitsAddend: 2,
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, HitsAddend: wrapperspb.UInt64(1)}, rlsDesc("ip", "b")}}},
+			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}}},
+		{name: "the descriptor's own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
+			want: []status{{rpu: 10, remaining: 9, reset: hourLeft}}},
+		{name: "atomic: over on one, none charged", atomic: true, reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b"), rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b")}}},
+			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}}},
+		{name: "default: over on one, the others charged", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b"), rlsDesc("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b")}}},
+			want: []status{{rpu: 2, remaining: 0, reset: minuteLeft}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := newEnvoy(t, service.Options{StopIncrementWhenOverLimit: tc.atomic})
+			var resp *rls.RateLimitResponse
+			for _, req := range tc.reqs {
+				var err error
+				if resp, err = svc.ShouldRateLimit(context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := resp.OverallCode == rls.RateLimitResponse_OVER_LIMIT; got != tc.over {
+				t.Errorf("overall over limit: %v, want %v (%v)", got, tc.over, resp)
+			}
+			if len(resp.Statuses) != len(tc.want) {
+				t.Fatalf("%d statuses, want %d", len(resp.Statuses), len(tc.want))
+			}
+			for i, w := range tc.want {
+				if got := short(resp.Statuses[i]); got != w {
+					t.Errorf("status %d: %+v, want %+v", i, got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestShouldRateLimitHeaders(t *testing.T) {
+	svc := newEnvoy(t, service.Options{RateLimitHeaders: true})
+	resp, err := svc.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "web",
+		Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("free", "x"), rlsDesc("ip", "a"), rlsDesc("nope", "x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range resp.ResponseHeadersToAdd {
+		got = append(got, h.Key+": "+h.Value)
+	}
+	want := "RateLimit-Limit: 2, RateLimit-Remaining: 1, RateLimit-Reset: 50"
+	if strings.Join(got, ", ") != want {
+		t.Errorf("headers %q, want %q", strings.Join(got, ", "), want)
+	}
+}
+
+func TestShouldRateLimitBadInput(t *testing.T) {
+	svc := newEnvoy(t, service.Options{})
+	for _, tc := range []struct {
+		req  *rls.RateLimitRequest
+		want string
+	}{
+		{&rls.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}, "rate limit domain must not be empty"},
+		{&rls.RateLimitRequest{Domain: "web"}, "rate limit descriptor list must not be empty"},
+		{&rls.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, "no valid unit"},
+	} {
+		_, err := svc.ShouldRateLimit(context.Background(), tc.req)
+		if !errors.Is(err, service.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want ErrBadRequest with %q", tc.req, err, tc.want)
+		}
+	}
+}
