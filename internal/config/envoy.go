@@ -393,12 +393,19 @@ type Entry struct{ Key, Value string }
 func (d *Domain) Lookup(entries []Entry) Match {
 	var m Match
 	node := &d.Root
-	var detailed, valued strings.Builder
-	detailed.WriteString(d.Name)
-	valued.WriteString(d.Name)
+	// What each entry matched: the node, the wildcard it matched by (or
+	// ""), whether it matched by its value. The statistics' names are made
+	// from them only when they differ from the node's own Path.
+	type step struct {
+		next     *Descriptor
+		wildcard string
+		byValue  bool
+	}
+	var buf [8]step
+	steps := buf[:0]
+	renamed := false // value_to_metric puts a request value in the name
 	for i, e := range entries {
 		name := e.Key + "_" + e.Value
-		detailed.WriteString("." + name)
 		next := node.Children[name]
 		wildcard := ""
 		if next == nil {
@@ -413,30 +420,15 @@ func (d *Domain) Lookup(entries []Entry) Match {
 		if next == nil {
 			next = node.Children[e.Key]
 		}
-		valued.WriteString(".")
-		if next == nil {
-			valued.WriteString(e.Key)
-		} else {
-			v := ""
-			switch {
-			case wildcard != "" && next.ShareThreshold:
-				v = strings.TrimPrefix(wildcard, e.Key+"_")
+		steps = append(steps, step{next, wildcard, byValue})
+		if next != nil {
+			if wildcard != "" && next.ShareThreshold {
 				if m.Shared == nil {
 					m.Shared = make([]string, len(entries))
 				}
-				m.Shared[i] = v
-			case wildcard != "" && next.ValueToMetric:
-				v = e.Value
-			case wildcard != "":
-				v = strings.TrimPrefix(wildcard, e.Key+"_")
-			case byValue:
-				v = e.Value
-			case next.ValueToMetric:
-				v = e.Value
-			}
-			valued.WriteString(e.Key)
-			if v != "" {
-				valued.WriteString("_" + v)
+				m.Shared[i] = strings.TrimPrefix(wildcard, e.Key+"_")
+			} else if next.ValueToMetric && (wildcard != "" || !byValue) {
+				renamed = true
 			}
 		}
 		if next != nil && next.Limit != nil && i == len(entries)-1 {
@@ -451,22 +443,40 @@ func (d *Domain) Lookup(entries []Entry) Match {
 		return Match{}
 	}
 	switch {
-	case m.Node.DetailedMetric && m.Shared != nil:
+	case m.Node.DetailedMetric:
 		var b strings.Builder
 		b.WriteString(d.Name)
 		for i, e := range entries {
 			b.WriteString("." + e.Key)
-			if v := m.Shared[i]; v != "" {
-				b.WriteString("_" + v)
-			} else if e.Value != "" {
+			if m.Shared != nil && m.Shared[i] != "" {
+				b.WriteString("_" + m.Shared[i])
+			} else if e.Value != "" || m.Shared == nil {
 				b.WriteString("_" + e.Value)
 			}
 		}
 		m.StatKey = b.String()
-	case m.Node.DetailedMetric:
-		m.StatKey = detailed.String()
-	default:
-		m.StatKey = valued.String()
+	case renamed:
+		var b strings.Builder
+		b.WriteString(d.Name)
+		for i, st := range steps {
+			e := entries[i]
+			v := ""
+			switch {
+			case st.wildcard != "" && st.next.ShareThreshold:
+				v = m.Shared[i]
+			case st.wildcard != "" && st.next.ValueToMetric:
+				v = e.Value
+			case st.wildcard != "":
+				v = strings.TrimPrefix(st.wildcard, e.Key+"_")
+			case st.byValue, st.next.ValueToMetric:
+				v = e.Value
+			}
+			b.WriteString("." + e.Key)
+			if v != "" {
+				b.WriteString("_" + v)
+			}
+		}
+		m.StatKey = b.String()
 	}
 	return m
 }

@@ -213,3 +213,45 @@ func TestLoadDirectory(t *testing.T) {
 		t.Errorf("empty directory: %v", err)
 	}
 }
+
+// TestEnvoyStatKeys names statistics as envoyproxy/ratelimit does with
+// detailed_metric and value_to_metric.
+func TestEnvoyStatKeys(t *testing.T) {
+	c, err := Parse("m.yaml", []byte(`domain: m
+descriptors:
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: api
+    value: v1*
+    value_to_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: files
+    value: /f/*
+    share_threshold: true
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["m"]
+	for _, tc := range []struct {
+		entries []Entry
+		stat    string
+	}{
+		{[]Entry{{"route", "/home"}, {"method", "GET"}}, "m.route_/home.method"},
+		{[]Entry{{"user", "alice"}}, "m.user_alice"},
+		{[]Entry{{"api", "v1beta"}}, "m.api_v1beta"},
+		{[]Entry{{"files", "/f/a"}}, "m.files_/f/*"},
+	} {
+		if got := d.Lookup(tc.entries).StatKey; got != tc.stat {
+			t.Errorf("%v: %q, want %q", tc.entries, got, tc.stat)
+		}
+	}
+}

@@ -31,7 +31,6 @@ const RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
 
 var (
 	buildOnce sync.Once
-	buildDir  string
 	buildBin  string
 	buildErr  error
 )
@@ -40,31 +39,38 @@ func required() bool {
 	return os.Getenv("CI") == "true" || os.Getenv("FLOODGATE_REQUIRE_PEERS") == "1"
 }
 
-// Build returns the path of envoyproxy/ratelimit's service_cmd, built
-// once per test binary with go install into a temporary directory.
-func Build(t testing.TB) string {
-	t.Helper()
+// BuildRatelimit builds envoyproxy/ratelimit's service_cmd with go install
+// into a new temporary directory, once per process, and returns its path.
+func BuildRatelimit() (string, error) {
 	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "floodgate-peer-")
-		if buildErr != nil {
+		dir, err := os.MkdirTemp("", "floodgate-peer-")
+		if err != nil {
+			buildErr = err
 			return
 		}
 		cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion)
-		cmd.Env = append(os.Environ(), "GOBIN="+buildDir, "GOFLAGS=-mod=mod", "GOWORK=off")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
+		cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go install envoyproxy/ratelimit: %v\n%s", err, out)
 			return
 		}
-		buildBin = filepath.Join(buildDir, "service_cmd")
+		buildBin = filepath.Join(dir, "service_cmd")
 	})
-	if buildErr != nil {
+	return buildBin, buildErr
+}
+
+// Build is BuildRatelimit for a test: it skips the test when the peer
+// cannot be built, or fails it in CI.
+func Build(t testing.TB) string {
+	t.Helper()
+	bin, err := BuildRatelimit()
+	if err != nil {
 		if required() {
-			t.Fatalf("envoyproxy/ratelimit could not be built: %v", buildErr)
+			t.Fatalf("envoyproxy/ratelimit could not be built: %v", err)
 		}
-		t.Skipf("envoyproxy/ratelimit could not be built; skipping: %v", buildErr)
+		t.Skipf("envoyproxy/ratelimit could not be built; skipping: %v", err)
 	}
-	return buildBin
+	return bin
 }
 
 // Ratelimit is a running envoyproxy/ratelimit.
@@ -82,24 +88,31 @@ type Ratelimit struct {
 func Start(t testing.TB, redisAddr string, files map[string]string, env ...string) *Ratelimit {
 	t.Helper()
 	bin := Build(t)
-	root := t.TempDir()
+	r, err := StartRatelimit(bin, t.TempDir(), redisAddr, files, func() int { return redistest.FreePort(t) }, env...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// StartRatelimit runs the envoyproxy/ratelimit at bin as Start does, with
+// its runtime configuration under root and ports from port; Stop stops
+// it.
+func StartRatelimit(bin, root, redisAddr string, files map[string]string, port func() int, env ...string) (*Ratelimit, error) {
 	dir := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		r, err := start(bin, root, redisAddr, redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t), env)
-		if err == nil {
-			t.Cleanup(r.stop)
-			return r
-		}
-		if attempt == 3 {
-			t.Fatal(err)
+		r, err := start(bin, root, redisAddr, port(), port(), port(), env)
+		if err == nil || attempt == 3 {
+			return r, err
 		}
 	}
 }
@@ -125,7 +138,7 @@ func start(bin, root, redisAddr string, port, grpcPort, debugPort int, env []str
 	go func() { cmd.Wait(); close(exited) }()
 	conn, err := grpc.NewClient(r.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		r.stop()
+		r.Stop()
 		return nil, err
 	}
 	defer conn.Close()
@@ -144,11 +157,12 @@ func start(bin, root, redisAddr string, port, grpcPort, debugPort int, env []str
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r.stop()
+	r.Stop()
 	return nil, fmt.Errorf("envoyproxy/ratelimit did not become healthy within 20s:\n%s", logs.String())
 }
 
-func (r *Ratelimit) stop() {
+// Stop kills the process (its process group) by its PID.
+func (r *Ratelimit) Stop() {
 	if r.cmd != nil && r.cmd.Process != nil {
 		syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
 	}

@@ -215,7 +215,7 @@ func randomRequest(r *rand.Rand, atomic bool) *rlsv3.RateLimitRequest {
 		used[i] = true
 		d := descriptors[i](r)
 		if !atomic && r.IntN(5) == 0 {
-			d.HitsAddend = wrapperspb.UInt64(uint64(1 + r.IntN(3)))
+			d.HitsAddend = wrapperspb.UInt64(uint64(r.IntN(4))) // 0 peeks
 		}
 		req.Descriptors = append(req.Descriptors, d)
 	}

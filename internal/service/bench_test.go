@@ -2,8 +2,11 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
+
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
@@ -55,6 +58,37 @@ func BenchmarkCheckDenied(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				svc.Check(ctx, "example", "user:42", 1)
+			}
+		})
+	}
+}
+
+// BenchmarkShouldRateLimit is one Envoy request through the service on the
+// memory store: the descriptors' lookup, their decisions (side by side
+// for three), the answer and the metrics.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+	defer st.Close()
+	cfg, err := config.Parse("web.yaml", []byte(envoyDomain))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, n := range []int{1, 3} {
+		req := &rls.RateLimitRequest{Domain: "web"}
+		for i := range n {
+			req.Descriptors = append(req.Descriptors, rlsDesc("ip", string(rune('a'+i))))
+		}
+		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := svc.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

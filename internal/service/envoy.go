@@ -40,7 +40,7 @@ func (s *Service) prepareDomains(cfg *config.Config, rs *ruleset) error {
 		var walk func(n *config.Descriptor) error
 		walk = func(n *config.Descriptor) error {
 			if l := n.Limit; l != nil && l.Limit != (floodgate.Limit{}) {
-				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{l.Limit}, nil)
+				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{s.envoyLimit(l)}, nil)
 				if err != nil {
 					return fmt.Errorf("domain %q, %s: %w", name, n.Path, err)
 				}
@@ -59,6 +59,18 @@ func (s *Service) prepareDomains(cfg *config.Config, rs *ruleset) error {
 		rs.domains[name] = ed
 	}
 	return nil
+}
+
+// envoyLimit is the floodgate limit that decides l. A counting window is
+// decided by one forced charge of the hits (see decideOne), so it is kept
+// with a quota of one more than the limit: a count up to the limit then
+// leaves at least 1 remaining, and a count over it leaves 0. With the
+// atomic option it is a plain window, whose denials charge nothing.
+func (s *Service) envoyLimit(l *config.EnvoyLimit) floodgate.Limit {
+	if l.Counting && !s.atomic {
+		return floodgate.FixedWindow(l.Limit.Quota()+1, l.Limit.Period())
+	}
+	return l.Limit
 }
 
 // envoyCheck is one descriptor of a request on its way to a decision.
@@ -101,7 +113,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			continue // an unknown domain has no limits
 		}
 		if ov := d.GetLimit(); ov != nil {
-			l, lim, err := s.overrides.get(s.store, ov)
+			l, lim, err := s.overrides.get(s.store, s.envoyLimit, ov)
 			if err != nil {
 				return nil, err
 			}
@@ -132,6 +144,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 		if c.limit != nil && (unlimited[i] || (c.limit.Name != "" && replaced[c.limit.Name])) {
 			c.limit = nil
 		}
+		if c.limit != nil && c.lim == nil { // requests_per_unit: 0
+			c.over = true
+		}
 	}
 	if err := s.decideEnvoy(ctx, checks); err != nil {
 		return nil, err
@@ -139,56 +154,107 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	return s.envoyResponse(checks, unlimited), nil
 }
 
-// decideEnvoy takes each check's hits. A counting window counts hits over
-// its limit too, unless the atomic option is on: then a request over any
-// limit charges none, and what the others took goes back.
+// decideEnvoy decides every check, the descriptors of a request side by
+// side. A counting window counts hits over its limit too, unless the
+// atomic option is on: then a request over any enforced limit charges
+// none, and what the others took goes back.
 func (s *Service) decideEnvoy(ctx context.Context, checks []envoyCheck) error {
+	if err := s.forEach(checks, func(c *envoyCheck) error { return s.decideOne(ctx, c) }); err != nil {
+		return err
+	}
 	anyOver := false
 	for i := range checks {
 		c := &checks[i]
-		if c.limit == nil {
-			continue
-		}
-		s.envoyStats.Add(uint64(c.hits), "total_hits", c.stat)
-		if c.lim == nil { // requests_per_unit: 0
-			c.over, c.before = true, 0
-			anyOver = anyOver || !(c.shadow || c.quota)
-			continue
-		}
-		start := time.Now()
-		res, err := c.lim.AllowN(ctx, c.key, min(c.hits, floodgate.MaxQuota))
-		s.latency.Observe(time.Since(start).Seconds())
-		if err != nil {
-			return err
-		}
-		c.res, c.charged, c.over = res, res.Allowed && c.hits > 0, !res.Allowed
-		c.before = res.Quota - res.Remaining
-		if res.Allowed {
-			c.before -= c.hits
+		if c.limit != nil {
+			s.envoyStats.Add(uint64(c.hits), "total_hits", c.stat)
 		}
 		if c.over && !(c.shadow || c.quota) {
 			anyOver = true // a shadow or quota-mode limit does not deny
 		}
 	}
+	if !anyOver || !s.atomic {
+		return nil
+	}
+	return s.forEach(checks, func(c *envoyCheck) error {
+		if !c.charged {
+			return nil
+		}
+		res, err := c.lim.Refund(ctx, c.key, c.hits)
+		if err != nil {
+			return err
+		}
+		c.res, c.charged = res, false
+		return nil
+	})
+}
+
+// forEach calls f on each check that has a limiter, concurrently when
+// there are several, and returns the first error.
+func (s *Service) forEach(checks []envoyCheck, f func(c *envoyCheck) error) error {
+	var todo []*envoyCheck
 	for i := range checks {
-		c := &checks[i]
-		if c.limit == nil || c.lim == nil {
-			continue
+		if checks[i].limit != nil && checks[i].lim != nil {
+			todo = append(todo, &checks[i])
 		}
-		switch {
-		case anyOver && s.atomic && c.charged:
-			res, err := c.lim.Refund(ctx, c.key, c.hits)
-			if err != nil {
-				return err
-			}
-			c.res, c.charged = res, false
-		case c.over && c.limit.Counting && !s.atomic && c.hits > 0:
-			// envoyproxy/ratelimit counts a hit over the limit: later
-			// requests in the window see it.
-			if _, err := c.lim.Charge(ctx, c.key, min(c.hits, floodgate.MaxQuota)); err != nil {
-				return err
-			}
+	}
+	switch len(todo) {
+	case 0:
+		return nil
+	case 1:
+		return f(todo[0])
+	}
+	errs := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for i, c := range todo[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = f(c)
+		}()
+	}
+	errs[0] = f(todo[0])
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// decideOne takes one check's hits. A counting window is charged its hits
+// whatever its count, as envoyproxy/ratelimit's INCRBY does, in one call:
+// its limiter's quota is one more than the limit (see envoyLimit), so the
+// hits were within the limit when at least 1 remains.
+func (s *Service) decideOne(ctx context.Context, c *envoyCheck) error {
+	start := time.Now()
+	defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
+	limit := int64(c.limit.RequestsPerUnit)
+	if c.limit.Counting && !s.atomic {
+		res, err := c.lim.Charge(ctx, c.key, min(c.hits, limit+1))
+		if err != nil {
+			return err
+		}
+		c.over = res.Remaining == 0
+		if !c.over {
+			res.Remaining--
+			c.before = limit - res.Remaining - c.hits
+		} else {
+			// The count is over the limit; by how much is not known, so
+			// the statistics count every hit as over it.
+			c.before = limit
+		}
+		c.res = res
+		return nil
+	}
+	res, err := c.lim.AllowN(ctx, c.key, min(c.hits, floodgate.MaxQuota))
+	if err != nil {
+		return err
+	}
+	c.res, c.charged, c.over = res, res.Allowed && c.hits > 0, !res.Allowed
+	c.before = res.Quota - res.Remaining
+	if res.Allowed {
+		c.before -= c.hits
 	}
 	return nil
 }
@@ -374,7 +440,7 @@ type overrideLimit struct {
 const maxOverrides = 1024
 
 // get returns the counting fixed window of a descriptor's own limit.
-func (o *overrides) get(store floodgate.Store, ov *rlcommon.RateLimitDescriptor_RateLimitOverride) (*config.EnvoyLimit, *floodgate.Limiter, error) {
+func (o *overrides) get(store floodgate.Store, limit func(*config.EnvoyLimit) floodgate.Limit, ov *rlcommon.RateLimitDescriptor_RateLimitOverride) (*config.EnvoyLimit, *floodgate.Limiter, error) {
 	k := overrideKey{ov.GetRequestsPerUnit(), config.Unit(ov.GetUnit())}
 	if k.unit.Seconds() == 0 {
 		return nil, nil, fmt.Errorf("%w: the descriptor's limit has no valid unit (%d)", ErrBadRequest, ov.GetUnit())
@@ -387,7 +453,7 @@ func (o *overrides) get(store floodgate.Store, ov *rlcommon.RateLimitDescriptor_
 	l := overrideLimit{limit: &config.EnvoyLimit{RequestsPerUnit: k.rpu, Unit: k.unit, Counting: true}}
 	if k.rpu > 0 {
 		l.limit.Limit = floodgate.FixedWindow(int64(k.rpu), time.Duration(k.unit.Seconds())*time.Second)
-		lim, err := floodgate.NewLimiter(store, []floodgate.Limit{l.limit.Limit}, nil)
+		lim, err := floodgate.NewLimiter(store, []floodgate.Limit{limit(l.limit)}, nil)
 		if err != nil {
 			return nil, nil, err
 		}

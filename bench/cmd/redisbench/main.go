@@ -24,8 +24,6 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -36,6 +34,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/bench/internal/procs"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
@@ -96,7 +95,7 @@ func main() {
 	}
 	logx.Disable()
 
-	addr, stop := startRedis(*port)
+	addr, stop := procs.StartRedis(*port)
 	defer stop()
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
 	defer client.Close()
@@ -482,23 +481,4 @@ func redisVersion(c *redis.Client) string {
 		}
 	}
 	return "?"
-}
-
-func startRedis(port int) (string, func()) {
-	dir, err := os.MkdirTemp("", "redisbench")
-	if err != nil {
-		log.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
-	if err := cmd.Start(); err != nil {
-		log.Fatalf("starting redis-server (install it: apt-get install redis-server): %v", err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	for i := 0; i < 100 && c.Ping(context.Background()).Err() != nil; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return addr, func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
 }

@@ -1,0 +1,247 @@
+// Command rlsbench measures Envoy's rate limit API, ShouldRateLimit over
+// gRPC, side by side: floodgate serve --grpc against envoyproxy/ratelimit
+// (built from its Go module), both as processes of their own, on one
+// redis-server that this program starts, with the same domain file and
+// the same load.
+//
+//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3]
+//
+// Cells: 1 and 64 concurrent callers (gRPC streams on one connection, as
+// Envoy multiplexes them), one and three descriptors per request, over
+// 10,000 client addresses. Each cell runs the two services in turn, runs
+// times, and reports medians: decisions per second, p50 and p99 latency,
+// and the answers over the limit, which must be the same count for an
+// exact limiter given the same requests.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate/floodgate/bench/internal/procs"
+	"github.com/floodgate/floodgate/internal/peertest"
+)
+
+// domain is the configuration both services load: three descriptors, each
+// a per-second fixed window high enough that the load stays mostly within
+// it, with one (the path) shared by every request so that it goes over.
+const domain = `domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 50}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 5000}
+`
+
+func main() {
+	duration := flag.Duration("duration", 3*time.Second, "length of one run of one cell")
+	runs := flag.Int("runs", 3, "runs per service and cell; medians are reported")
+	port := flag.Int("port", 46390, "loopback port for the redis-server this program starts")
+	flag.Parse()
+
+	redisAddr, stopRedis := procs.StartRedis(*port)
+	defer stopRedis()
+	dir, err := os.MkdirTemp("", "rlsbench")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	peerBin, err := peertest.BuildRatelimit()
+	if err != nil {
+		log.Fatal(err)
+	}
+	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer peer.Stop()
+	fgAddr, stopFG := startFloodgate(dir, redisAddr)
+	defer stopFG()
+
+	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; %d runs of %s per cell, medians\n\n",
+		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *runs, *duration)
+	fmt.Printf("| callers | descriptors | service | decisions/s | p50 | p99 | over the limit | floodgate / envoyproxy/ratelimit |\n|---|---|---|---|---|---|---|---|\n")
+	targets := []struct{ name, addr string }{{"envoyproxy/ratelimit", peer.GRPC}, {"floodgate", fgAddr}}
+	for _, callers := range []int{1, 64} {
+		for _, descs := range []int{1, 3} {
+			var results [2][]result
+			for range *runs {
+				for i, tg := range targets {
+					results[i] = append(results[i], run(tg.addr, callers, descs, *duration))
+				}
+			}
+			var med [2]result
+			for i := range targets {
+				med[i] = median(results[i])
+			}
+			for i, tg := range targets {
+				ratio := ""
+				if i == 1 {
+					ratio = fmt.Sprintf("%.2f×", med[1].rate/med[0].rate)
+				}
+				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %.1f%% | %s |\n", callers, descs, tg.name, med[i].rate,
+					med[i].p50.Round(time.Microsecond), med[i].p99.Round(time.Microsecond), 100*med[i].over, ratio)
+			}
+		}
+	}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startFloodgate builds floodgate and runs floodgate serve --grpc on
+// redisAddr with the domain file, and waits until it answers.
+func startFloodgate(dir, redisAddr string) (string, func()) {
+	bin := filepath.Join(dir, "floodgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/floodgate")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		log.Fatalf("building floodgate: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(dir, "floodgate-config")
+	if err := os.MkdirAll(cfg, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg, "bench.yaml"), []byte(domain), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(freePort())
+	cmd := exec.Command(bin, "serve", "--config", cfg, "--grpc", addr, "--http", "", "--resp", "", "--ui=false",
+		"--redis", "redis://"+redisAddr, "--watch", "0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	stop := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }
+	for i := 0; ; i++ {
+		if r := run(addr, 1, 1, 10*time.Millisecond); r.rate > 0 {
+			break
+		}
+		if i == 100 {
+			stop()
+			log.Fatal("floodgate serve did not answer within 5s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return addr, stop
+}
+
+type result struct {
+	rate     float64 // decisions per second
+	p50, p99 time.Duration
+	over     float64 // fraction of answers over the limit
+}
+
+// run sends requests of descs descriptors from callers goroutines to the
+// service at addr for d, each caller one request at a time.
+func run(addr string, callers, descs int, d time.Duration) result {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	c := rls.NewRateLimitServiceClient(conn)
+	var mu sync.Mutex
+	var lat []time.Duration
+	var over, errs int
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			var mine []time.Duration
+			myOver, myErrs := 0, 0
+			for time.Now().Before(deadline) {
+				req := request(rng, descs)
+				t0 := time.Now()
+				resp, err := c.ShouldRateLimit(context.Background(), req)
+				mine = append(mine, time.Since(t0))
+				switch {
+				case err != nil:
+					myErrs++
+				case resp.OverallCode == rls.RateLimitResponse_OVER_LIMIT:
+					myOver++
+				}
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			over += myOver
+			errs += myErrs
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if errs > 0 || len(lat) == 0 {
+		return result{}
+	}
+	slices.Sort(lat)
+	return result{
+		rate: float64(len(lat)) / elapsed.Seconds(),
+		p50:  lat[len(lat)/2], p99: lat[len(lat)*99/100],
+		over: float64(over) / float64(len(lat)),
+	}
+}
+
+// request is one of 10,000 clients' requests: its address, and with three
+// descriptors its user and the shared path.
+func request(rng *rand.Rand, descs int) *rls.RateLimitRequest {
+	client := rng.IntN(10000)
+	entry := func(k, v string) *rlcommon.RateLimitDescriptor {
+		return &rlcommon.RateLimitDescriptor{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	req := &rls.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommon.RateLimitDescriptor{entry("remote_address", "10.1."+strconv.Itoa(client/256)+"."+strconv.Itoa(client%256))}}
+	if descs == 3 {
+		req.Descriptors = append(req.Descriptors, entry("user", "u"+strconv.Itoa(client%1000)), entry("path", "/api"))
+	}
+	return req
+}
+
+func median(rs []result) result {
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		sort.Float64s(v)
+		return v[len(v)/2]
+	}
+	return result{
+		rate: pick(func(r result) float64 { return r.rate }),
+		p50:  time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
+		p99:  time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
+		over: pick(func(r result) float64 { return r.over }),
+	}
+}
