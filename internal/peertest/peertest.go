@@ -161,6 +161,9 @@ func start(bin, root, redisAddr string, port, grpcPort, debugPort int, env []str
 	return nil, fmt.Errorf("envoyproxy/ratelimit did not become healthy within 20s:\n%s", logs.String())
 }
 
+// PID is the process's ID.
+func (r *Ratelimit) PID() int { return r.cmd.Process.Pid }
+
 // Stop kills the process (its process group) by its PID.
 func (r *Ratelimit) Stop() {
 	if r.cmd != nil && r.cmd.Process != nil {

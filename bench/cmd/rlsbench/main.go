@@ -10,8 +10,9 @@
 // Envoy multiplexes them), one and three descriptors per request, over
 // 10,000 client addresses. Each cell runs the two services in turn, runs
 // times, and reports medians: decisions per second, p50 and p99 latency,
-// and the answers over the limit, which must be the same count for an
-// exact limiter given the same requests.
+// the CPU time the service's process and redis-server spent per request
+// (from /proc: the load generator shares the machine's cores, so this is
+// each service's own cost), and the share of answers over the limit.
 package main
 
 import (
@@ -77,19 +78,29 @@ func main() {
 		log.Fatal(err)
 	}
 	defer peer.Stop()
-	fgAddr, stopFG := startFloodgate(dir, redisAddr)
+	fgAddr, fgPID, stopFG := startFloodgate(dir, redisAddr)
 	defer stopFG()
+	redisPID := procs.RedisPID(redisAddr)
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; %d runs of %s per cell, medians\n\n",
 		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *runs, *duration)
-	fmt.Printf("| callers | descriptors | service | decisions/s | p50 | p99 | over the limit | floodgate / envoyproxy/ratelimit |\n|---|---|---|---|---|---|---|---|\n")
-	targets := []struct{ name, addr string }{{"envoyproxy/ratelimit", peer.GRPC}, {"floodgate", fgAddr}}
+	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | over the limit | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	targets := []struct {
+		name, addr string
+		pid        int
+	}{{"envoyproxy/ratelimit", peer.GRPC, peer.PID()}, {"floodgate", fgAddr, fgPID}}
 	for _, callers := range []int{1, 64} {
 		for _, descs := range []int{1, 3} {
 			var results [2][]result
 			for range *runs {
 				for i, tg := range targets {
-					results[i] = append(results[i], run(tg.addr, callers, descs, *duration))
+					cpu0, rcpu0 := procs.CPU(tg.pid), procs.CPU(redisPID)
+					r := run(tg.addr, callers, descs, *duration)
+					if r.n > 0 {
+						r.cpu = (procs.CPU(tg.pid) - cpu0) / time.Duration(r.n)
+						r.redisCPU = (procs.CPU(redisPID) - rcpu0) / time.Duration(r.n)
+					}
+					results[i] = append(results[i], r)
 				}
 			}
 			var med [2]result
@@ -101,8 +112,9 @@ func main() {
 				if i == 1 {
 					ratio = fmt.Sprintf("%.2f×", med[1].rate/med[0].rate)
 				}
-				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %.1f%% | %s |\n", callers, descs, tg.name, med[i].rate,
-					med[i].p50.Round(time.Microsecond), med[i].p99.Round(time.Microsecond), 100*med[i].over, ratio)
+				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %s | %s | %.1f%% | %s |\n", callers, descs, tg.name, med[i].rate,
+					med[i].p50.Round(time.Microsecond), med[i].p99.Round(time.Microsecond), med[i].cpu.Round(100*time.Nanosecond),
+					med[i].redisCPU.Round(100*time.Nanosecond), 100*med[i].over, ratio)
 			}
 		}
 	}
@@ -119,7 +131,7 @@ func freePort() int {
 
 // startFloodgate builds floodgate and runs floodgate serve --grpc on
 // redisAddr with the domain file, and waits until it answers.
-func startFloodgate(dir, redisAddr string) (string, func()) {
+func startFloodgate(dir, redisAddr string) (string, int, func()) {
 	bin := filepath.Join(dir, "floodgate")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/floodgate")
 	build.Dir = ".."
@@ -152,13 +164,15 @@ func startFloodgate(dir, redisAddr string) (string, func()) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return addr, stop
+	return addr, cmd.Process.Pid, stop
 }
 
 type result struct {
-	rate     float64 // decisions per second
-	p50, p99 time.Duration
-	over     float64 // fraction of answers over the limit
+	n             int     // requests answered
+	rate          float64 // requests per second
+	p50, p99      time.Duration
+	cpu, redisCPU time.Duration // per request
+	over          float64       // fraction of answers over the limit
 }
 
 // run sends requests of descs descriptors from callers goroutines to the
@@ -209,6 +223,7 @@ func run(addr string, callers, descs int, d time.Duration) result {
 	}
 	slices.Sort(lat)
 	return result{
+		n:    len(lat),
 		rate: float64(len(lat)) / elapsed.Seconds(),
 		p50:  lat[len(lat)/2], p99: lat[len(lat)*99/100],
 		over: float64(over) / float64(len(lat)),
@@ -239,9 +254,11 @@ func median(rs []result) result {
 		return v[len(v)/2]
 	}
 	return result{
-		rate: pick(func(r result) float64 { return r.rate }),
-		p50:  time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
-		p99:  time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
-		over: pick(func(r result) float64 { return r.over }),
+		rate:     pick(func(r result) float64 { return r.rate }),
+		p50:      time.Duration(pick(func(r result) float64 { return float64(r.p50) })),
+		p99:      time.Duration(pick(func(r result) float64 { return float64(r.p99) })),
+		over:     pick(func(r result) float64 { return r.over }),
+		cpu:      time.Duration(pick(func(r result) float64 { return float64(r.cpu) })),
+		redisCPU: time.Duration(pick(func(r result) float64 { return float64(r.redisCPU) })),
 	}
 }

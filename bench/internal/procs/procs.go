@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,4 +35,38 @@ func StartRedis(port int) (string, func()) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return addr, func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
+}
+
+// RedisPID returns the process ID of the redis-server at addr.
+func RedisPID(addr string) int {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, _ := strconv.Atoi(v)
+			return pid
+		}
+	}
+	log.Fatal("redis-server did not say its process_id")
+	return 0
+}
+
+// CPU returns the user and system CPU time the process pid has used so
+// far, from /proc.
+func CPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses: utime
+	// and stime are the 12th and 13th of them, in clock ticks (100 a
+	// second on Linux).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
