@@ -18,6 +18,11 @@ import (
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/floodgate/floodgate/internal/nettest"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/tlstest"
@@ -67,6 +72,7 @@ type instance struct {
 	cmd      *exec.Cmd
 	httpURL  string
 	respAddr string
+	grpcAddr string // with --grpc
 	stderr   *lockedBuffer
 	done     chan error
 }
@@ -112,6 +118,9 @@ func serve(t *testing.T, args ...string) *instance {
 			}
 			if rest, ok := strings.CutPrefix(line, "HTTP API on "); ok {
 				in.httpURL = strings.Fields(rest)[0]
+			}
+			if rest, ok := strings.CutPrefix(line, "Envoy rate limit service (gRPC) on "); ok {
+				in.grpcAddr = strings.Fields(rest)[0]
 			}
 			if rest, ok := strings.CutPrefix(line, "Redis protocol on "); ok {
 				in.respAddr = strings.Fields(rest)[0]
@@ -692,4 +701,51 @@ func TestTLS(t *testing.T) {
 		resp.Body.Close()
 		return resp.TLS.PeerCertificates[0].SerialNumber.Int64() == 8
 	})
+}
+
+// TestEnvoyService runs floodgate serve as an Envoy user would: --config
+// on a directory of envoyproxy/ratelimit files and --grpc; a changed file
+// is reloaded.
+func TestEnvoyService(t *testing.T) {
+	dir := t.TempDir()
+	domain := func(rpu int) string {
+		return fmt.Sprintf("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", rpu)
+	}
+	writeFile(t, filepath.Join(dir, "edge.yaml"), domain(2))
+	in := serve(t, "--config", dir, "--grpc", "127.0.0.1:0", "--watch", "50ms")
+	if in.grpcAddr == "" {
+		t.Fatal("floodgate serve did not say where it serves gRPC")
+	}
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.7"}}}}}
+	ask := func() *rlsv3.RateLimitResponse_DescriptorStatus {
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0]
+	}
+	if st := ask(); st.CurrentLimit.GetRequestsPerUnit() != 2 || st.LimitRemaining != 1 {
+		t.Fatalf("first answer %v", st)
+	}
+	writeFile(t, filepath.Join(dir, "edge.yaml"), domain(10))
+	waitFor(t, "the reload of the directory", func() bool { return ask().CurrentLimit.GetRequestsPerUnit() == 10 })
+
+	// floodgate check --config lists both formats in a directory, and
+	// refuses two files of one domain.
+	writeFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
+	out, err := exec.Command(binary, "check", "--config", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "1 envoy domains, valid") || !strings.Contains(string(out), "edge.remote_address: 10 per 1h0m0s") {
+		t.Errorf("check --config: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(dir, "again.yaml"), domain(3))
+	out, err = exec.Command(binary, "check", "--config", dir).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "duplicate domain 'edge'") {
+		t.Errorf("check --config with a domain twice: %v\n%s", err, out)
+	}
 }
