@@ -21,7 +21,11 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/nettest"
 	"github.com/floodgate/floodgate/internal/redistest"
@@ -653,9 +657,31 @@ func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t)
 	f := ca.Write(t, dir, 7)
-	in := serve(t, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-client-ca", f.CA, "--token", "s3cret")
+	in := serve(t, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-client-ca", f.CA, "--token", "s3cret", "--grpc", "127.0.0.1:0")
 	if !strings.HasPrefix(in.httpURL, "https://") {
 		t.Fatalf("HTTP API URL %q, want https", in.httpURL)
+	}
+	// Envoy's gRPC API: TLS with a client certificate, and the token.
+	rlsCall := func(withCert bool, md ...string) error {
+		conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlstest.ClientConfig(t, f, withCert))))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), md...), 5*time.Second)
+		defer cancel()
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		return err
+	}
+	if err := rlsCall(true, "authorization", "Bearer s3cret"); err != nil {
+		t.Errorf("gRPC over TLS with the token: %v", err)
+	}
+	if err := rlsCall(true); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("gRPC without the token: %v, want Unauthenticated", err)
+	}
+	if err := rlsCall(false, "authorization", "Bearer s3cret"); err == nil {
+		t.Error("gRPC without a client certificate got an answer")
 	}
 	client := func(withCert bool) *http.Client {
 		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlstest.ClientConfig(t, f, withCert)}}

@@ -66,7 +66,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.grpc, "grpc", e.str("FLOODGATE_GRPC", ""), "gRPC address for Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty (the default) to disable ($FLOODGATE_GRPC)")
 	fs.BoolVar(&f.stopIncrement, "stop-cache-key-increment-when-overlimit", e.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false), "Envoy requests over the limit on any descriptor charge none of them, atomically ($STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as envoyproxy/ratelimit names it)")
 	fs.BoolVar(&f.rlsHeaders, "rls-headers", e.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false), "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers ($LIMIT_RESPONSE_HEADERS_ENABLED, as envoyproxy/ratelimit names it)")
-	fs.StringVar(&f.token, "token", e.str("FLOODGATE_TOKEN", ""), "require this bearer token on the HTTP API and AUTH on the Redis protocol ($FLOODGATE_TOKEN)")
+	fs.StringVar(&f.token, "token", e.str("FLOODGATE_TOKEN", ""), "require this bearer token on the HTTP API, AUTH on the Redis protocol, and authorization metadata on gRPC rate limit calls ($FLOODGATE_TOKEN)")
 	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
@@ -150,6 +150,9 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 		var opts []grpc.ServerOption
 		if s.tls != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
+		}
+		if f.token != "" {
+			opts = append(opts, rls.RequireToken(f.token))
 		}
 		s.grpcSrv = grpc.NewServer(opts...)
 		s.rls = rls.Register(s.grpcSrv, svc, log)
