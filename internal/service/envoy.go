@@ -197,11 +197,19 @@ func (s *Service) forEach(checks []envoyCheck, f func(c *envoyCheck) error) erro
 			todo = append(todo, &checks[i])
 		}
 	}
-	switch len(todo) {
-	case 0:
+	switch {
+	case len(todo) == 0:
 		return nil
-	case 1:
-		return f(todo[0])
+	case len(todo) == 1 || sharesKey(todo):
+		// Descriptors on one counter are taken in the request's order,
+		// as envoyproxy/ratelimit's pipeline applies them: the first
+		// sees the count before the second.
+		for _, c := range todo {
+			if err := f(c); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	errs := make([]error, len(todo))
 	var wg sync.WaitGroup
@@ -220,6 +228,18 @@ func (s *Service) forEach(checks []envoyCheck, f func(c *envoyCheck) error) erro
 		}
 	}
 	return nil
+}
+
+// sharesKey reports whether two of checks count on one key.
+func sharesKey(checks []*envoyCheck) bool {
+	for i, c := range checks {
+		for _, d := range checks[:i] {
+			if c.key == d.key {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // decideOne takes one check's hits. A counting window is charged its hits
