@@ -163,6 +163,46 @@ func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Result, erro
 	return result(l.specs, &d), nil
 }
 
+// MaxSettleQuotas bounds the debt that one Settle charges: at most this
+// many times the smallest of the Limiter's quotas.
+const MaxSettleQuotas = 16
+
+// Settle corrects a charge made before the cost was known: a request was
+// charged an estimate (AllowN with charged), and it really cost cost. The
+// difference is refunded (Refund) or charged (Charge), so that the key
+// ends as if cost had been charged in the first place. A charge larger
+// than a quota goes in quota-sized charges, up to MaxSettleQuotas quotas
+// of debt; more is not charged. The Result reports the state after.
+// charged and cost must not be negative (ErrInvalidCost).
+func (l *Limiter) Settle(ctx context.Context, key string, charged, cost int64) (Result, error) {
+	if err := core.CheckCost(charged); err != nil {
+		return Result{}, err
+	}
+	if err := core.CheckCost(cost); err != nil {
+		return Result{}, err
+	}
+	switch {
+	case cost < charged:
+		return l.Refund(ctx, key, charged-cost)
+	case cost == charged:
+		return l.Peek(ctx, key)
+	}
+	quota := l.limits[0].Quota()
+	for _, lim := range l.limits[1:] {
+		quota = min(quota, lim.Quota())
+	}
+	var res Result
+	var err error
+	for left, i := cost-charged, 0; left > 0 && i < MaxSettleQuotas; i++ {
+		chunk := min(left, quota)
+		if res, err = l.Charge(ctx, key, chunk); err != nil {
+			return Result{}, err
+		}
+		left -= chunk
+	}
+	return res, nil
+}
+
 // Peek is AllowN(ctx, key, 0): the key's state, without changing it.
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	return l.AllowN(ctx, key, 0)

@@ -274,3 +274,56 @@ func TestMemoryStoreNoAllocations(t *testing.T) {
 
 // No test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestSettle charges an estimate, then settles the real cost: the key
+// ends as if the real cost had been charged, within MaxSettleQuotas
+// quotas of debt.
+func TestSettle(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		estimate, cost int64
+		remaining      int64 // after the settle
+		retryAfterNext time.Duration
+		wantErr        error
+	}{
+		{name: "refund the difference", estimate: 8, cost: 3, remaining: 7},
+		{name: "nothing to settle", estimate: 4, cost: 4, remaining: 6},
+		{name: "charge the rest", estimate: 2, cost: 9, remaining: 1},
+		{name: "into debt", estimate: 2, cost: 15, remaining: 0, retryAfterNext: 6 * time.Second},
+		{name: "a cost of several quotas", estimate: 0, cost: 45, remaining: 0, retryAfterNext: 36 * time.Second},
+		{name: "debt capped at MaxSettleQuotas", estimate: 0, cost: 1000, remaining: 0, retryAfterNext: time.Duration(floodgate.MaxSettleQuotas*10-9) * time.Second},
+		{name: "refund to zero cost", estimate: 10, cost: 0, remaining: 10},
+		{name: "negative cost", estimate: 1, cost: -1, wantErr: floodgate.ErrInvalidCost},
+		{name: "negative estimate", estimate: -1, cost: 1, wantErr: floodgate.ErrInvalidCost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim, _, _ := newTestLimiter(t, floodgate.TokenBucket(1, time.Second, 10))
+			ctx := context.Background()
+			if tc.estimate > 0 {
+				if r, err := lim.AllowN(ctx, "k", tc.estimate); err != nil || !r.Allowed {
+					t.Fatalf("estimate: %+v, %v", r, err)
+				}
+			}
+			r, err := lim.Settle(ctx, "k", max(tc.estimate, 0), tc.cost)
+			if tc.estimate < 0 {
+				r, err = lim.Settle(ctx, "k", tc.estimate, tc.cost)
+			}
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("error %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || r.Remaining != tc.remaining {
+				t.Fatalf("Settle: remaining %d, %v; want %d", r.Remaining, err, tc.remaining)
+			}
+			next, err := lim.Allow(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next.Allowed != (tc.retryAfterNext == 0) || next.RetryAfter != tc.retryAfterNext {
+				t.Errorf("next request: allowed %v, retry %v; want retry %v", next.Allowed, next.RetryAfter, tc.retryAfterNext)
+			}
+		})
+	}
+}

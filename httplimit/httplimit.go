@@ -45,8 +45,9 @@ type Options struct {
 	// the handler returns, the middleware settles the difference with the
 	// estimate that Cost charged: it refunds what was charged too much
 	// (Limiter.Refund), or charges what was missing even into debt
-	// (Limiter.Charge), so that later requests wait, up to 16 times the
-	// smallest limit's quota of debt per request. SetCost does the same
+	// (Limiter.Charge), so that later requests wait, up to
+	// floodgate.MaxSettleQuotas times the smallest limit's quota of debt
+	// per request (Limiter.Settle). SetCost does the same
 	// from inside the handler, and wins over the header.
 	CostHeader string
 	// Settle settles the real cost that handlers report with SetCost,
@@ -82,11 +83,10 @@ type Denial struct {
 
 // Middleware rate limits HTTP requests. It is safe for concurrent use.
 type Middleware struct {
-	lim      *floodgate.Limiter
-	minQuota int64  // the smallest of the limits' quotas
-	count    int    // how many limits lim applies
-	policy   string // the RateLimit-Policy field value
-	opts     Options
+	lim    *floodgate.Limiter
+	count  int    // how many limits lim applies
+	policy string // the RateLimit-Policy field value
+	opts   Options
 }
 
 // New returns a Middleware that applies lim's limits to every request
@@ -94,10 +94,6 @@ type Middleware struct {
 func New(lim *floodgate.Limiter, opts *Options) *Middleware {
 	limits := lim.Limits()
 	m := &Middleware{lim: lim, count: len(limits), policy: headers.Policy(limits)}
-	m.minQuota = limits[0].Quota()
-	for _, l := range limits {
-		m.minQuota = min(m.minQuota, l.Quota())
-	}
 	if opts != nil {
 		m.opts = *opts
 	}
@@ -159,10 +155,6 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// maxSettleQuotas bounds the debt one request's settlement charges, in
-// quotas of its smallest limit.
-const maxSettleQuotas = 16
-
 // settleKey is the context key of a request's settlement.
 type settleKey struct{}
 
@@ -205,21 +197,10 @@ func (m *Middleware) serveAndSettle(w http.ResponseWriter, r *http.Request, next
 	}
 	// The request's own context may be gone (the client left); the cost
 	// was still incurred.
-	ctx := context.WithoutCancel(r.Context())
-	var err error
-	switch {
-	case real > estimate:
-		// One Charge takes at most a quota; a reply that cost several
-		// takes several, up to maxSettleQuotas of debt.
-		for left, i := real-estimate, 0; left > 0 && i < maxSettleQuotas && err == nil; i++ {
-			chunk := min(left, m.minQuota)
-			_, err = m.lim.Charge(ctx, key, chunk)
-			left -= chunk
-		}
-	case real < estimate:
-		_, err = m.lim.Refund(ctx, key, estimate-real)
+	if real == estimate {
+		return
 	}
-	if err != nil {
+	if _, err := m.lim.Settle(context.WithoutCancel(r.Context()), key, estimate, real); err != nil {
 		m.opts.Logger.Error("httplimit: settling a request's cost failed", "key", key, "estimate", estimate, "cost", real, "error", err.Error())
 	}
 }

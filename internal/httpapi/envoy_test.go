@@ -56,3 +56,39 @@ func TestEnvoyJSON(t *testing.T) {
 		t.Errorf("GET /json: %d, want 405", rec.Code)
 	}
 }
+
+// TestSettle is POST /v1/settle: a check charged an estimate, the real
+// cost is settled afterwards.
+func TestSettle(t *testing.T) {
+	h := newHandler(t, &httpapi.Options{Token: "s3cret"})
+	post := func(path, body string) (int, string) {
+		req := httptest.NewRequest("POST", path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer s3cret")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := post("/v1/check", `{"rule":"example","key":"llm","cost":15}`); code != 200 || !strings.Contains(body, `"remaining":5`) {
+		t.Fatalf("check: %d %s", code, body)
+	}
+	for _, tc := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"rule":"example","key":"llm","charged":15,"cost":5}`, 200, `"remaining":15`},
+		{`{"rule":"example","key":"llm","charged":5,"cost":30}`, 200, `"remaining":0`},
+		{`{"rule":"example","key":"llm","charged":1,"cost":-1}`, 400, "must not be negative"},
+		{`{"rule":"nope","key":"llm","charged":1,"cost":2}`, 404, "unknown rule"},
+		{`{"rule":"example","key":"","charged":1,"cost":2}`, 400, "empty key"},
+	} {
+		if code, body := post("/v1/settle", tc.body); code != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d with %s", tc.body, code, body, tc.status, tc.want)
+		}
+	}
+	// In debt now: the next check is denied.
+	if code, body := post("/v1/check", `{"rule":"example","key":"llm"}`); code != 200 || !strings.Contains(body, `"allowed":false`) {
+		t.Errorf("check after the debt: %d %s", code, body)
+	}
+}

@@ -82,6 +82,7 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("POST", "/v1/check", a.auth(a.check))
 	handle("POST", "/v1/check/batch", a.auth(a.batch))
 	handle("POST", "/v1/reset", a.auth(a.reset))
+	handle("POST", "/v1/settle", a.auth(a.settle))
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
 	handle("POST", "/json", a.auth(a.envoyJSON))
@@ -247,6 +248,35 @@ func (a *api) batch(w http.ResponseWriter, r *http.Request) {
 		out[i], _ = a.decide(r.Context(), c)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"results": out})
+}
+
+// SettleRequest corrects a check's cost after the fact: the check was
+// charged Charged (its cost), and the request really cost Cost.
+type SettleRequest struct {
+	Rule    string `json:"rule"`
+	Key     string `json:"key"`
+	Charged int64  `json:"charged"`
+	Cost    int64  `json:"cost"`
+}
+
+// settle is POST /v1/settle: it refunds or charges the difference between
+// what a check charged and the real cost, and answers the state after, as
+// a check's answer.
+func (a *api) settle(w http.ResponseWriter, r *http.Request) {
+	var c SettleRequest
+	if !decode(w, r, &c) {
+		return
+	}
+	d, err := a.svc.Settle(r.Context(), c.Rule, c.Key, c.Charged, c.Cost)
+	if err != nil {
+		status := statusOf(err)
+		if status >= 500 {
+			a.o.Logger.Error("floodgate: settle failed", "rule", c.Rule, "error", err.Error())
+		}
+		problem(w, status, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, NewCheckResponse(d))
 }
 
 func (a *api) reset(w http.ResponseWriter, r *http.Request) {

@@ -9,6 +9,10 @@
 //	    a configured rule: limited (0/1; always 0 for a shadow rule),
 //	    limit, remaining, retry_after_ms (-1 when allowed or never),
 //	    reset_after_ms.
+//	FG.SETTLE <rule> <key> <charged> <cost>
+//	    corrects a check that charged charged to the real cost: refunds or
+//	    charges the difference (even into debt); replies as FG.CHECK, with
+//	    the state after.
 //	FG.RESET <rule> <key>, FG.RULES
 //	PING, ECHO, HELLO, AUTH, QUIT, SELECT 0, COMMAND, CLIENT
 //
@@ -541,6 +545,8 @@ func (c *conn) dispatch(args []string) bool {
 		c.throttle(ctx, args)
 	case "FG.CHECK":
 		c.check(ctx, args)
+	case "FG.SETTLE":
+		c.settle(ctx, args)
 	case "FG.RESET":
 		if len(args) != 3 {
 			c.writeError(errArgs(cmd))
@@ -567,7 +573,7 @@ func (c *conn) dispatch(args []string) bool {
 	return true
 }
 
-var commandNames = []string{"cl.throttle", "fg.check", "fg.reset", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
+var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
 
 func (c *conn) checkAuth(user, pass string) bool {
 	if c.s.token == "" {
@@ -758,6 +764,25 @@ func (c *conn) check(ctx context.Context, args []string) {
 		cost = n
 	}
 	d, err := c.s.svc.Check(ctx, args[1], args[2], cost)
+	if err != nil {
+		c.writeError(errText(err))
+		return
+	}
+	c.writeDecision(d.Allowed, d.Result, time.Millisecond)
+}
+
+func (c *conn) settle(ctx context.Context, args []string) {
+	if len(args) != 5 {
+		c.writeError(errArgs(args[0]))
+		return
+	}
+	charged, ok1 := parseInt(args[3])
+	cost, ok2 := parseInt(args[4])
+	if !ok1 || !ok2 {
+		c.writeError("ERR value is not an integer or out of range")
+		return
+	}
+	d, err := c.s.svc.Settle(ctx, args[1], args[2], charged, cost)
 	if err != nil {
 		c.writeError(errText(err))
 		return

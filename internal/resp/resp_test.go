@@ -67,7 +67,14 @@ func TestCommands(t *testing.T) {
 		{"tok", "PING\r\nAUTH nope\r\nAUTH tok\r\nPING\r\n", "-NOAUTH Authentication required.\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n+OK\r\n+PONG\r\n"},
 		{"tok", "HELLO 3 AUTH default tok\r\n", "%7\r\n"},
 		{"", "AUTH x\r\n", "-ERR AUTH called without any password configured"},
-		{"", "COMMAND COUNT\r\nCOMMAND DOCS\r\nCLIENT SETINFO lib-name x\r\n", ":12\r\n*0\r\n+OK\r\n"},
+		{"", "COMMAND COUNT\r\nCOMMAND DOCS\r\nCLIENT SETINFO lib-name x\r\n", ":13\r\n*0\r\n+OK\r\n"},
+		// A check charged 15, the request cost 5: 10 come back (the
+		// example rule: burst 20).
+		{"", "FG.CHECK example k 15\r\nFG.SETTLE example k 15 5\r\n", "*5\r\n:0\r\n:20\r\n:5\r\n:-1\r\n"},
+		{"", "FG.SETTLE example k 0 25\r\nFG.CHECK example k\r\n", "*5\r\n:0\r\n:20\r\n:0\r\n:-1\r\n"},
+		{"", "FG.SETTLE example k 1 -1\r\n", "-ERR bad request: charged and cost must not be negative"},
+		{"", "FG.SETTLE example k 1\r\n", "-ERR wrong number of arguments"},
+		{"", "FG.SETTLE nope k 1 2\r\n", "-ERR unknown rule"},
 		{"", "*2\r\n$3\r\nGET\r\n$1\r\nab\r\n", "-ERR Protocol error: bulk string not terminated by CRLF\r\n"},
 	}
 	for _, tt := range tests {
@@ -139,4 +146,14 @@ func readReply(r *bufio.Reader) error {
 		return nil
 	}
 	return io.ErrUnexpectedEOF
+}
+
+// TestSettleDebt: a settle that charges more than the bucket holds takes
+// the key into debt, and the next check waits.
+func TestSettleDebt(t *testing.T) {
+	got := run(t, "", "FG.SETTLE example k 0 25\r\nFG.CHECK example k\r\n")
+	// The settle's reply, then a limited check (10/s, burst 20, 5 in debt).
+	if !strings.HasPrefix(got, "*5\r\n:0\r\n:20\r\n:0\r\n:-1\r\n") || !strings.Contains(got, "*5\r\n:1\r\n:20\r\n:0\r\n:60") {
+		t.Errorf("got %q", got)
+	}
 }

@@ -309,6 +309,29 @@ func (s *Service) take(ctx context.Context, lim *floodgate.Limiter, key string, 
 	return res, err
 }
 
+// Settle corrects the cost of a request that was checked with an
+// estimate: it was charged charged, it really cost cost. The difference is
+// refunded or charged (floodgate.Limiter.Settle), even into debt, so that
+// later requests wait. The Decision is allowed and reports the state
+// after. A shadow rule is settled too: its counts stay true.
+func (s *Service) Settle(ctx context.Context, rule, key string, charged, cost int64) (Decision, error) {
+	r, ok := s.rules.Load().rules[rule]
+	if !ok {
+		return Decision{}, fmt.Errorf("%w %q", ErrUnknownRule, rule)
+	}
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	if charged < 0 || cost < 0 {
+		return Decision{}, fmt.Errorf("%w: charged and cost must not be negative, got %d and %d", ErrBadRequest, charged, cost)
+	}
+	res, err := r.lim.Settle(ctx, r.prefix+key, charged, cost)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Policy: res.Name}, nil
+}
+
 // Reset refills key under rule.
 func (s *Service) Reset(ctx context.Context, rule, key string) error {
 	r, ok := s.rules.Load().rules[rule]
