@@ -84,7 +84,7 @@ func main() {
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; %d runs of %s per cell, medians\n\n",
 		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *runs, *duration)
-	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | over the limit | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | load generator CPU per request | over the limit | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []struct {
 		name, addr string
 		pid        int
@@ -94,11 +94,12 @@ func main() {
 			var results [2][]result
 			for range *runs {
 				for i, tg := range targets {
-					cpu0, rcpu0 := procs.CPU(tg.pid), procs.CPU(redisPID)
+					cpu0, rcpu0, gcpu0 := procs.CPU(tg.pid), procs.CPU(redisPID), procs.CPU(os.Getpid())
 					r := run(tg.addr, callers, descs, *duration)
 					if r.n > 0 {
 						r.cpu = (procs.CPU(tg.pid) - cpu0) / time.Duration(r.n)
 						r.redisCPU = (procs.CPU(redisPID) - rcpu0) / time.Duration(r.n)
+						r.genCPU = (procs.CPU(os.Getpid()) - gcpu0) / time.Duration(r.n)
 					}
 					results[i] = append(results[i], r)
 				}
@@ -112,9 +113,9 @@ func main() {
 				if i == 1 {
 					ratio = fmt.Sprintf("%.2f×", med[1].rate/med[0].rate)
 				}
-				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %s | %s | %.1f%% | %s |\n", callers, descs, tg.name, med[i].rate,
+				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %s | %s | %s | %.1f%% | %s |\n", callers, descs, tg.name, med[i].rate,
 					med[i].p50.Round(time.Microsecond), med[i].p99.Round(time.Microsecond), med[i].cpu.Round(100*time.Nanosecond),
-					med[i].redisCPU.Round(100*time.Nanosecond), 100*med[i].over, ratio)
+					med[i].redisCPU.Round(100*time.Nanosecond), med[i].genCPU.Round(100*time.Nanosecond), 100*med[i].over, ratio)
 			}
 		}
 	}
@@ -172,6 +173,7 @@ type result struct {
 	rate          float64 // requests per second
 	p50, p99      time.Duration
 	cpu, redisCPU time.Duration // per request
+	genCPU        time.Duration // this program's, per request
 	over          float64       // fraction of answers over the limit
 }
 
@@ -260,5 +262,6 @@ func median(rs []result) result {
 		over:     pick(func(r result) float64 { return r.over }),
 		cpu:      time.Duration(pick(func(r result) float64 { return float64(r.cpu) })),
 		redisCPU: time.Duration(pick(func(r result) float64 { return float64(r.redisCPU) })),
+		genCPU:   time.Duration(pick(func(r result) float64 { return float64(r.genCPU) })),
 	}
 }
