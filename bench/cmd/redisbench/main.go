@@ -36,6 +36,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/bench/internal/procs"
 	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/zeromicro/go-zero/core/limit"
@@ -63,6 +64,10 @@ type scenario struct {
 	hot         int // with abuse: keys that take 90% of the requests
 	rate, burst int
 	inProcess   bool
+	// record: the limit denies, so each request's time is recorded and
+	// replayed through an exact limiter; otherwise an exact limiter
+	// admits every request.
+	record bool
 }
 
 type result struct {
@@ -72,6 +77,7 @@ type result struct {
 	redisCPU    time.Duration // per decision
 	interleaved bool          // redisCPU was not measured
 	admitted    int64
+	exact       int64 // what an exact limiter admits on the same arrivals
 	ideal       int64
 	latMeasured bool
 }
@@ -159,13 +165,13 @@ func main() {
 	var scenarios []scenario
 	for _, g := range []int{1, 8, 64} {
 		for _, k := range []int{1, 10000} {
-			scenarios = append(scenarios, scenario{fmt.Sprintf("%d goroutines, %d key(s)", g, k), g, k, 0, open, open, false})
+			scenarios = append(scenarios, scenario{fmt.Sprintf("%d goroutines, %d key(s)", g, k), g, k, 0, open, open, false, false})
 		}
 	}
-	scenarios = append(scenarios, scenario{"abuse: 64 goroutines, 90% on 16 keys over 10/s", 64, 10000, 16, 10, 10, false})
+	scenarios = append(scenarios, scenario{"abuse: 64 goroutines, 90% on 16 keys over 10/s", 64, 10000, 16, 10, 10, false, true})
 	for _, g := range []int{1, 8, 64} {
 		for _, k := range []int{1, 10000} {
-			scenarios = append(scenarios, scenario{fmt.Sprintf("in process: %d goroutines, %d key(s)", g, k), g, k, 0, 1_000_000_000, 1_000_000_000, true})
+			scenarios = append(scenarios, scenario{fmt.Sprintf("in process: %d goroutines, %d key(s)", g, k), g, k, 0, 1_000_000_000, 1_000_000_000, true, false})
 		}
 	}
 
@@ -186,8 +192,8 @@ func main() {
 		run(p.make(open, time.Second, open), scenario{goroutines: 4, keys: 100, rate: open, burst: open, inProcess: !p.redis}, time.Second)
 	}
 	client.FlushAll(ctx)
-	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / ideal |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / exact | admitted / ideal |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
 		if !strings.Contains(sc.name, *only) {
 			continue
@@ -243,8 +249,8 @@ func main() {
 					cpu = fmt.Sprintf("%.1fµs", float64(m.redisCPU)/float64(time.Microsecond))
 				}
 			}
-			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
-				m.perSec/base, m.admitted, m.ideal, 100*float64(m.admitted)/float64(m.ideal))
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) | %.1f%% |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
+				m.perSec/base, m.admitted, m.exact, 100*float64(m.admitted)/float64(m.exact), 100*float64(m.admitted)/float64(m.ideal))
 		}
 	}
 	if *memKeys > 0 {
@@ -310,8 +316,10 @@ func runInterleaved(ds []decider, sc scenario, dur time.Duration) []result {
 		}
 		all := lat[i]
 		slices.Sort(all)
+		// The limit admits everything (sc.record is not supported here):
+		// so does an exact limiter.
 		out[i] = result{perSec: float64(len(all)) / busy[i].Seconds(), decisions: int64(len(all)),
-			p50: all[len(all)/2], p99: all[len(all)*99/100], latMeasured: true, admitted: admitted[i], ideal: ideal, interleaved: true}
+			p50: all[len(all)/2], p99: all[len(all)*99/100], latMeasured: true, admitted: admitted[i], exact: int64(len(all)), ideal: ideal, interleaved: true}
 	}
 	return out
 }
@@ -329,6 +337,7 @@ func run(d decider, sc scenario, dur time.Duration) result {
 	ctx := context.Background()
 	lat := make([][]time.Duration, sc.goroutines)
 	counts := make([]int64, sc.goroutines)
+	arrivals := make([][]arrival, sc.goroutines)
 	var wg sync.WaitGroup
 	var stop atomic.Bool
 	start := time.Now()
@@ -360,7 +369,13 @@ func run(d decider, sc scenario, dur time.Duration) result {
 					log.Fatal(err)
 				}
 				if !sc.inProcess {
-					lat[g] = append(lat[g], time.Since(t0))
+					l := time.Since(t0)
+					lat[g] = append(lat[g], l)
+					if sc.record {
+						// The decision was made between t0 and t0+l;
+						// the middle is the best guess of when.
+						arrivals[g] = append(arrivals[g], arrival{at: t0.Add(l / 2), key: int32(k), ok: ok})
+					}
 				}
 				counts[g]++
 				requests[k].Add(1)
@@ -382,7 +397,11 @@ func run(d decider, sc scenario, dur time.Duration) result {
 		adm += admitted[k].Load()
 		ideal += min(requests[k].Load(), most)
 	}
-	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, admitted: adm, ideal: ideal}
+	exact := total // the limit admits everything, and so would an exact limiter
+	if sc.record {
+		exact = exactAdmissions(arrivals, sc)
+	}
+	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, admitted: adm, exact: exact, ideal: ideal}
 	if !sc.inProcess {
 		all := slices.Concat(lat...)
 		slices.Sort(all)
@@ -400,9 +419,9 @@ func median(rs []result) result {
 	m.p50 = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.p50) }))
 	m.p99 = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.p99) }))
 	m.redisCPU = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.redisCPU) }))
-	// Admitted and ideal stay a pair, from the median-throughput run.
+	// Admitted, exact and ideal stay together, from the median-throughput run.
 	i := slices.IndexFunc(rs, func(r result) bool { return r.perSec == m.perSec })
-	m.admitted, m.ideal = rs[i].admitted, rs[i].ideal
+	m.admitted, m.exact, m.ideal = rs[i].admitted, rs[i].exact, rs[i].ideal
 	return m
 }
 
@@ -481,4 +500,37 @@ func redisVersion(c *redis.Client) string {
 		}
 	}
 	return "?"
+}
+
+// arrival is one request of a recorded run: when it was decided (the
+// middle of its call), on which key, and whether it was admitted.
+type arrival struct {
+	at  time.Time
+	key int32
+	ok  bool
+}
+
+// exactAdmissions replays a run's arrivals, key by key in time order,
+// through an exact limiter with the scenario's limit (floodgate's pure
+// token bucket on a fixed clock), and returns how many it admits: the
+// reference that every peer's admissions are compared with, the same for
+// all of them.
+func exactAdmissions(arrivals [][]arrival, sc scenario) int64 {
+	all := slices.Concat(arrivals...)
+	if len(all) == 0 {
+		return 0
+	}
+	slices.SortFunc(all, func(a, b arrival) int { return a.at.Compare(b.at) })
+	e, err := storetest.NewExact(all[0].at, floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+	var n int64
+	for _, a := range all {
+		if e.Allow(strconv.Itoa(int(a.key)), a.at) {
+			n++
+		}
+	}
+	return n
 }
