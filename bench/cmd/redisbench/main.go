@@ -23,7 +23,9 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -192,6 +194,8 @@ func main() {
 		run(p.make(open, time.Second, open), scenario{goroutines: 4, keys: 100, rate: open, burst: open, inProcess: !p.redis}, time.Second)
 	}
 	client.FlushAll(ctx)
+	ceiling := scriptCeiling(ctx, client, addr)
+	var fgAt64 []string // floodgate's 64-goroutine rows against the ceiling
 	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / exact | admitted / ideal |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
@@ -240,6 +244,9 @@ func main() {
 			}
 		}
 		base := median(res[1]).perSec // redis_rate, or x/time/rate
+		if !sc.inProcess && sc.goroutines == 64 && sc.hot == 0 && ceiling > 0 {
+			fgAt64 = append(fgAt64, fmt.Sprintf("%s: %.0f decisions/s, %.0f%% of it", sc.name, median(res[0]).perSec, 100*median(res[0]).perSec/ceiling))
+		}
 		for i, p := range peers {
 			m := median(res[i])
 			p50, p99, cpu := "-", "-", "-"
@@ -252,6 +259,10 @@ func main() {
 			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) | %.1f%% |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
 				m.perSec/base, m.admitted, m.exact, 100*float64(m.admitted)/float64(m.exact), 100*float64(m.admitted)/float64(m.ideal))
 		}
+	}
+	if ceiling > 0 && len(fgAt64) > 0 {
+		fmt.Printf("\nThe ceiling: redis-benchmark, 64 connections, pipelines of 32 EVALSHA of a script that returns 1: %.0f script calls/s. floodgate at %s.\n",
+			ceiling, strings.Join(fgAt64, "; "))
 	}
 	if *memKeys > 0 {
 		fmt.Println()
@@ -533,4 +544,29 @@ func exactAdmissions(arrivals [][]arrival, sc scenario) int64 {
 		}
 	}
 	return n
+}
+
+// scriptCeiling measures the most script calls a second that the
+// redis-server at addr answers on this machine: redis-benchmark with 64
+// connections sending pipelines of 32 EVALSHA of a script that only
+// returns 1. It returns 0 when redis-benchmark is missing or fails.
+func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float64 {
+	sha, err := client.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		log.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-c", "64", "-P", "32", "-n", "3000000", "--csv", "EVALSHA", sha, "0").Output()
+	if err != nil {
+		log.Printf("redis-benchmark: %v; no ceiling", err)
+		return 0
+	}
+	// The last line is "name","requests per second",...
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	f := strings.Split(lines[len(lines)-1], ",")
+	if len(f) < 2 {
+		return 0
+	}
+	rps, _ := strconv.ParseFloat(strings.Trim(f[1], `"`), 64)
+	return rps
 }
