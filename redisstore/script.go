@@ -67,6 +67,18 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 			return
 		}
 	}
+	keys, args := s.decideArgs(calls)
+	if s.batch != nil {
+		s.batch.scripts.Add(1)
+		s.batch.decisions.Add(uint64(len(calls)))
+	}
+	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	s.decideResult(calls, res, err)
+}
+
+// decideArgs builds decide.lua's keys and arguments for calls whose keys
+// share a slot.
+func (s *Store) decideArgs(calls []*call) ([]string, []any) {
 	// The limits' specs go once each; requests name them by index.
 	var keys []string
 	if len(calls) == 1 {
@@ -112,11 +124,11 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 			args = append(args, index[sp])
 		}
 	}
-	if s.batch != nil {
-		s.batch.scripts.Add(1)
-		s.batch.decisions.Add(uint64(len(calls)))
-	}
-	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	return keys, args
+}
+
+// decideResult sets each call's result from decide.lua's reply.
+func (s *Store) decideResult(calls []*call, res []any, err error) {
 	if err != nil {
 		for _, c := range calls {
 			c.err = s.wrap(c.ctx, err)

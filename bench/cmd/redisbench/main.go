@@ -92,6 +92,7 @@ func main() {
 	only := flag.String("only", "", "run only the loads whose name contains this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	inflight := flag.Int("inflight", 0, "floodgate's MaxInflight (0: its default)")
+	cluster := flag.Bool("cluster", false, "only measure Redis Clusters of 1, 3 and 6 masters at 64 goroutines on 10,000 keys")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -103,6 +104,10 @@ func main() {
 	}
 	logx.Disable()
 
+	if *cluster {
+		clusterScaling(*duration, *runs)
+		return
+	}
 	addr, stop := procs.StartRedis(*port)
 	defer stop()
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
@@ -569,4 +574,61 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 	}
 	rps, _ := strconv.ParseFloat(strings.Trim(f[1], `"`), 64)
 	return rps
+}
+
+// clusterScaling measures floodgate and redis_rate on Redis Clusters of
+// 1, 3 and 6 masters that it starts on this machine, at 64 goroutines on
+// 10,000 keys with a limit that admits everything. All the masters share
+// the machine's cores, so the figures show the cost of routing, not
+// scaling.
+func clusterScaling(dur time.Duration, runs int) {
+	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
+	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
+	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, masters := range []int{1, 3, 6} {
+		addrs, stop := procs.StartCluster(masters, 46500+10*masters)
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
+		fg := redisstore.New(cc, &redisstore.Options{Prefix: "fg:", DenialCache: true})
+		lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst))}, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		rr := redis_rate.NewLimiter(cc)
+		l := redis_rate.Limit{Rate: sc.rate, Period: time.Second, Burst: sc.burst}
+		ds := []decider{
+			func(ctx context.Context, key string) (bool, error) {
+				res, err := lim.Allow(ctx, key)
+				return res.Allowed, err
+			},
+			func(ctx context.Context, key string) (bool, error) {
+				res, err := rr.Allow(ctx, key, l)
+				return err == nil && res.Allowed > 0, err
+			},
+		}
+		names := []string{"floodgate", "redis_rate"}
+		run(ds[0], scenario{goroutines: 8, keys: 1000, rate: sc.rate, burst: sc.burst}, time.Second) // warm up
+		run(ds[1], scenario{goroutines: 8, keys: 1000, rate: sc.rate, burst: sc.burst}, time.Second)
+		res := make([][]result, len(ds))
+		s0 := fg.Stats()
+		for r := range runs {
+			for j := range ds {
+				i := (r + j) % len(ds)
+				res[i] = append(res[i], run(ds[i], sc, dur))
+			}
+		}
+		s1 := fg.Stats()
+		base := median(res[1]).perSec
+		for i := range ds {
+			m := median(res[i])
+			per := "-"
+			if i == 0 {
+				per = fmt.Sprintf("%.1f", float64(s1.Decisions-s0.Decisions)/float64(max(s1.ScriptCalls-s0.ScriptCalls, 1)))
+			}
+			fmt.Printf("| %d | %s | %.0f | %s | %s | %.2f× | %s |\n", masters, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base, per)
+		}
+		fg.Close()
+		cc.Close()
+		stop()
+	}
 }

@@ -70,3 +70,69 @@ func CPU(pid int) time.Duration {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
+
+// StartCluster starts a Redis Cluster of masters redis-servers (no
+// replicas) on loopback ports from firstPort up, splits the 16384 slots
+// evenly among them, waits until every node reports cluster_state:ok,
+// and returns their addresses and a function that stops them all.
+func StartCluster(masters, firstPort int) ([]string, func()) {
+	var addrs []string
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for i := range masters {
+		port := firstPort + i
+		dir, err := os.MkdirTemp("", "floodgate-cluster")
+		if err != nil {
+			log.Fatal(err)
+		}
+		cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
+		if err := cmd.Start(); err != nil {
+			stop()
+			log.Fatalf("starting redis-server: %v", err)
+		}
+		stops = append(stops, func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) })
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port))
+	}
+	ctx := context.Background()
+	clients := make([]*redis.Client, masters)
+	for i, a := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer clients[i].Close()
+		for j := 0; j < 100 && clients[i].Ping(ctx).Err() != nil; j++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for i, c := range clients {
+		if i > 0 {
+			host, port, _ := strings.Cut(addrs[0], ":")
+			if err := c.ClusterMeet(ctx, host, port).Err(); err != nil {
+				stop()
+				log.Fatal(err)
+			}
+		}
+		lo, hi := i*16384/masters, (i+1)*16384/masters-1
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			stop()
+			log.Fatal(err)
+		}
+	}
+	for _, c := range clients {
+		ok := false
+		for j := 0; j < 300 && !ok; j++ {
+			info, _ := c.ClusterInfo(ctx).Result()
+			if ok = strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters)); !ok {
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		if !ok {
+			stop()
+			log.Fatal("the cluster did not come up within 15s")
+		}
+	}
+	return addrs, stop
+}
