@@ -78,3 +78,28 @@ func ExampleLimiter_WaitN() {
 	// true
 	// true
 }
+
+// One API call that counts against a tenant's quota and a user's rate,
+// all or nothing: when the user is over their rate, the tenant's quota is
+// not charged.
+func ExampleAllowGroup() {
+	clock := storetest.NewClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock})
+	defer store.Close()
+	tenants, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.FixedWindow(1000, time.Hour)}, nil)
+	users, _ := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
+
+	for range 2 {
+		reqs := []floodgate.Request{
+			{Limiter: tenants, Key: "tenant:7", N: 1},
+			{Limiter: users, Key: "user:42", N: 1},
+		}
+		if err := floodgate.AllowGroup(context.Background(), reqs, true); err != nil {
+			panic(err)
+		}
+		fmt.Println("tenant", reqs[0].Result.Allowed, reqs[0].Result.Remaining, "user", reqs[1].Result.Allowed)
+	}
+	// Output:
+	// tenant true 999 user true
+	// tenant false 999 user false
+}

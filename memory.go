@@ -194,11 +194,25 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core
 	if len(p.specs) == 1 {
 		return s.takeOne(key, &p.specs[0], now, n, o), 0, nil
 	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	v, i, _ := p.decideLocked(sh, key, now, n, o)
+	sh.mu.Unlock()
+	return v, i, nil
+}
+
+// shard returns the shard that holds key.
+func (s *MemoryStore) shard(key string) *memShard {
+	return &s.shards[maphash.String(s.seed, key)&s.mask]
+}
+
+// decideLocked decides key in sh, which the caller has locked, against
+// every limit of p at now, and commits it. It reports whether the cost was
+// charged.
+func (p *memPolicy) decideLocked(sh *memShard, key string, now, n int64, o op) (core.Verdict, int, bool) {
+	s := p.s
 	var vs [MaxLimits]core.Verdict
 	var next [MaxLimits]core.Delta
-
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
-	sh.mu.Lock()
 	e := sh.get(key, s.bytesShard)
 	if e != nil && len(e.states) != len(p.specs) {
 		e.resize(len(p.specs))
@@ -244,9 +258,66 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core
 		e.full = now + full
 		s.account(sh, key, e, isNew, grew, now)
 	}
-	sh.mu.Unlock()
 	d := core.Decide(vs[:len(p.specs)])
-	return d.Verdict, d.Index, nil
+	return d.Verdict, d.Index, charged
+}
+
+var _ core.Grouper = (*MemoryStore)(nil)
+
+// TakeGroup implements core.Grouper. It locks the shards of every key of
+// reqs, in shard order so that concurrent groups cannot deadlock, decides
+// the requests in order at one instant, and undoes an all-or-nothing group
+// that a request denied, by refunding the others, before it unlocks. Each
+// request's Policy must be one that s prepared.
+func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
+	if err := core.CheckGroup(reqs); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	pols := make([]*memPolicy, len(reqs))
+	shards := make([]uint64, len(reqs))
+	for i := range reqs {
+		p, ok := reqs[i].Policy.(*memPolicy)
+		if !ok || p.s != s {
+			return core.ForeignPolicy(i, reqs[i].Policy)
+		}
+		pols[i] = p
+		shards[i] = maphash.String(s.seed, reqs[i].Key) & s.mask
+	}
+	locks := slices.Compact(slices.Sorted(slices.Values(shards)))
+	for _, j := range locks {
+		s.shards[j].mu.Lock()
+	}
+	now := s.now()
+	charged := make([]bool, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		o := opTake
+		if r.Force {
+			o = opCharge
+		}
+		v, idx, c := pols[i].decideLocked(&s.shards[shards[i]], r.Key, now, r.N, o)
+		r.Decision, charged[i] = core.Decision{Verdict: v, Index: idx}, c
+	}
+	if all && core.Undo(reqs) {
+		for i := len(reqs) - 1; i >= 0; i-- {
+			if charged[i] {
+				r := &reqs[i]
+				v, idx, _ := pols[i].decideLocked(&s.shards[shards[i]], r.Key, now, r.N, opRefund)
+				r.Decision = core.Decision{Verdict: v, Index: idx}
+				core.Undone(&r.Decision)
+			}
+		}
+	}
+	for _, j := range slices.Backward(locks) {
+		s.shards[j].mu.Unlock()
+	}
+	return nil
 }
 
 // Charge implements core.Charger.
@@ -270,7 +341,7 @@ func (p *memPolicy) Reset(ctx context.Context, key string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh := s.shard(key)
 	sh.mu.Lock()
 	if e := sh.m[key]; e != nil {
 		sh.remove(e)
@@ -290,7 +361,7 @@ func (s *MemoryStore) now() int64 {
 // takeOne decides a key with one limit: the common case, without the
 // arrays that several limits need.
 func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core.Verdict {
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	sh := s.shard(key)
 	sh.mu.Lock()
 	e := sh.get(key, s.bytesShard)
 	var st *core.State

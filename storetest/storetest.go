@@ -49,6 +49,15 @@ func Run(t *testing.T, newStore NewStore) {
 			})
 		}
 	})
+	t.Run("groups", func(t *testing.T) {
+		for _, sc := range GroupScenarios() {
+			t.Run(sc.Name, func(t *testing.T) {
+				t.Parallel()
+				RunGroupScenario(t, newStore, sc)
+			})
+		}
+		t.Run("concurrency", func(t *testing.T) { runGroupConcurrency(t, newStore) })
+	})
 	t.Run("vectors", func(t *testing.T) { runVectors(t, newStore) })
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, newStore) })

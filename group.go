@@ -1,0 +1,128 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/floodgate/floodgate/core"
+)
+
+// Request is one request of a group that AllowGroup decides: a cost on a
+// key under a Limiter.
+type Request struct {
+	// Limiter applies its limits to the request.
+	Limiter *Limiter
+	// Key and N are the key and the cost, as AllowN takes them.
+	Key string
+	N   int64
+	// Force charges N whatever the limits say, as Limiter.Charge does,
+	// instead of taking it if they allow.
+	Force bool
+	// Advisory marks a request whose denial does not undo an
+	// all-or-nothing group (a limit in shadow mode, say): it is decided
+	// and reported, but never enforced on the others.
+	Advisory bool
+	// Result is the request's outcome, set by AllowGroup.
+	Result Result
+}
+
+// AllowGroup decides several requests, on any keys and any Limiters, in
+// order, and sets each one's Result: the requests of one API call that
+// several limits of different keys apply to, for instance. A request sees
+// what earlier requests of the group on its key charged.
+//
+// With all set, the group is all or nothing: if a request that is not
+// Advisory is denied, none is charged; what the others took is given back
+// (as Refund does). Their Results are then not Allowed, with a RetryAfter
+// of 0 (their own limits admit them; a denial's RetryAfter is never 0),
+// and report the state after the refund.
+//
+// When every Limiter is on one store that implements core.Grouper (the
+// memory store; the Redis store, in one script call when the keys share a
+// server; the fallback store around it), the group is one atomic step:
+// concurrent requests see all of its charges or none. Otherwise the
+// requests are decided one after another and an undone group is refunded
+// afterwards: the Results are the same, but others may see the charges for
+// that moment.
+//
+// Its errors are AllowN's, for the first request that has one (a nil
+// Limiter is ErrInvalidLimit); on an error no Result is to be used.
+func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	for i := range reqs {
+		if reqs[i].Limiter == nil {
+			return fmt.Errorf("%w: request %d has no Limiter", ErrInvalidLimit, i)
+		}
+	}
+	store := reqs[0].Limiter.store
+	g, ok := store.(core.Grouper)
+	for i := range reqs[1:] {
+		ok = ok && reqs[i+1].Limiter.store == store
+	}
+	if !ok {
+		return allowEach(ctx, reqs, all)
+	}
+	var buf [8]core.Request
+	group := buf[:0]
+	if len(reqs) > len(buf) {
+		group = make([]core.Request, 0, len(reqs))
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		group = append(group, core.Request{Policy: r.Limiter.policy, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory})
+	}
+	if err := g.TakeGroup(ctx, group, all); err != nil {
+		return err
+	}
+	for i := range reqs {
+		reqs[i].Result = result(reqs[i].Limiter.specs, &group[i].Decision)
+	}
+	return nil
+}
+
+// allowEach is AllowGroup on a store that cannot decide a group at once.
+func allowEach(ctx context.Context, reqs []Request, all bool) error {
+	charged := make([]bool, len(reqs))
+	undo := false
+	for i := range reqs {
+		r := &reqs[i]
+		var err error
+		if r.Force {
+			r.Result, err = r.Limiter.Charge(ctx, r.Key, r.N)
+		} else {
+			r.Result, err = r.Limiter.AllowN(ctx, r.Key, r.N)
+		}
+		if err != nil {
+			return refundAfter(ctx, reqs, charged, err)
+		}
+		charged[i] = r.Result.Allowed && r.N > 0
+		undo = undo || (!r.Result.Allowed && !r.Advisory)
+	}
+	if !all || !undo {
+		return nil
+	}
+	return refundAfter(ctx, reqs, charged, nil)
+}
+
+// refundAfter gives back what the requests of reqs that charged took, the
+// latest first, setting their Results to the state after, and returns err
+// joined with the refunds' errors.
+func refundAfter(ctx context.Context, reqs []Request, charged []bool, err error) error {
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if !charged[i] {
+			continue
+		}
+		r := &reqs[i]
+		res, rerr := r.Limiter.Refund(ctx, r.Key, r.N)
+		if rerr != nil {
+			err = errors.Join(err, rerr)
+			continue
+		}
+		r.Result = res
+		r.Result.Allowed = false // undone: its RetryAfter is 0
+	}
+	return err
+}
