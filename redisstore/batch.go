@@ -25,6 +25,14 @@ type call struct {
 	specs []scriptSpec // per limit, its parameters (p.params, or the calendar's)
 	slot  int          // the Cluster slot of its keys; 0 outside a cluster
 
+	// A group (see Store.TakeGroup) is one call whose keys are its
+	// members', decided in one script call: group holds the members, and
+	// all makes it all or nothing. advisory marks a member whose denial
+	// does not undo its group.
+	group    []*call
+	all      bool
+	advisory bool
+
 	out   []int64 // 4 per limit
 	err   error
 	ready chan struct{} // closed when out or err is set

@@ -20,15 +20,19 @@
 --   c0, c1, c2: for a calendar window, [c0, c1) is the window that
 --   contains the client's now and [c1, c2) the next one (Lua has no time
 --   zones, so the client computes them); 0 for every other limit.
--- then the number of requests, and for each: its number of limits nk, the
--- cost n (n = 0 peeks; -n charges n whatever the limits say, as core's
--- Spec.Charge; the string "r<n>" gives n back, as Spec.Refund), now in
--- microseconds (or -1 for the server's TIME), and the
--- nk indexes (from 1) of its limits' specs.
--- Returns, for each request in order, 4 integers per limit: allowed (0/1),
--- remaining, retry (µs, -1 never), reset (µs); or, for a request whose
--- state is not floodgate's, one string: the error. Other requests of the
--- batch are unaffected.
+-- then the number of items, each a request or a group. A request is: its
+-- number of limits nk (or "a<nk>" for an advisory request of a group,
+-- whose denial does not undo it), the cost n (n = 0 peeks; -n charges n
+-- whatever the limits say, as core's Spec.Charge; the string "r<n>" gives
+-- n back, as Spec.Refund), now in microseconds (or -1 for the server's
+-- TIME), and the nk indexes (from 1) of its limits' specs. A group is
+-- "g<count>" (or "G<count>" for all or nothing) and its count requests:
+-- core's Grouper.TakeGroup (see decideGroup).
+-- Returns, for each request in order, 4 integers per limit: allowed (0/1,
+-- or 2 for a request that an all-or-nothing group undid), remaining, retry
+-- (µs, -1 never), reset (µs); or, for a request (or a group) whose state is
+-- not floodgate's, one string: the error. Other items of the batch are
+-- unaffected.
 --
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
@@ -452,10 +456,14 @@ local specs = {}
 for j = 1, nspecs do specs[j] = readSpec(2 + (j - 1) * SPEC_LEN) end
 
 local servernow -- the server's TIME in µs, read once per batch
-local out = {}
-local k0, a = 0, 3 + SPEC_LEN * nspecs
-for r = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
-  local nk, n, now = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+
+-- readRequest reads the request whose arguments follow ARGV[a]: its
+-- number of limits, cost, time (the server's for -1) and mode, and
+-- whether it is advisory.
+local function readRequest(a)
+  local nk, advisory = tonumber(ARGV[a + 1]), false
+  if not nk then nk, advisory = tonumber(sub(ARGV[a + 1], 2)), true end -- "a<nk>"
+  local n, now = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local mode = TAKE
   if not n then
     mode, n = REFUND, tonumber(sub(ARGV[a + 2], 2)) -- "r<n>"
@@ -469,10 +477,66 @@ for r = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
     end
     now = servernow
   end
-  local err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
+  return nk, n, now, mode, advisory
+end
+
+-- decideGroup is core's Grouper.TakeGroup: it decides the count requests
+-- whose arguments follow ARGV[a], in order, each as a request of its own
+-- (a request sees what earlier ones charged), and, when all is set and a
+-- request that is not advisory was denied, gives back what the others
+-- charged, the latest first, at the same instant, marking their results
+-- undone (allowed = 2). A request that fails gives back what the group
+-- charged and fails the group: its results are then the one error. It
+-- returns the next k0 and a, and nil or the error reply.
+local function decideGroup(k0, a, count, all, out)
+  local base = #out
+  local done, undo, err = {}, false, nil
+  for _ = 1, count do
+    local nk, n, now, mode, advisory = readRequest(a)
+    if not err then
+      local ob = #out
+      err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
+      if not err then
+        local allowed = true
+        for i = 1, nk do
+          if out[ob + 4 * i - 3] == 0 then allowed = false end
+        end
+        if not allowed and not advisory then undo = true end
+        done[#done + 1] = {k0 = k0, nk = nk, n = n, now = now, a0 = a + 3, charged = allowed and n > 0 and mode ~= REFUND, ob = ob}
+      end
+    end
+    k0, a = k0 + nk, a + 3 + nk
+  end
+  if err then undo = true end
+  if (all or err) and undo then
+    for j = #done, 1, -1 do
+      local m = done[j]
+      if m.charged then
+        local back = {}
+        decide(specs, m.k0, m.nk, m.n, m.now, m.a0, back, extra, REFUND)
+        for i = 1, m.nk do
+          out[m.ob + 4 * i - 3] = 2
+          for x = 2, 4 do out[m.ob + 4 * i - 4 + x] = back[4 * i - 4 + x] end
+        end
+      end
+    end
+  end
+  if err then fail(out, base, err) end
+  return k0, a, err
+end
+
+local out = {}
+local k0, a = 0, 3 + SPEC_LEN * nspecs
+for _ = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
+  local head, err = sub(ARGV[a + 1], 1, 1), nil
+  if head == 'g' or head == 'G' then
+    k0, a, err = decideGroup(k0, a + 1, tonumber(sub(ARGV[a + 1], 2)), head == 'G', out)
+  else
+    local nk, n, now, mode = readRequest(a)
+    err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
+    k0, a = k0 + nk, a + 3 + nk
+  end
   if err then out[#out + 1] = err.err end
-  k0 = k0 + nk
-  a = a + 3 + nk
 end
 for _, key in ipairs(dirty) do
   local v = states[key]

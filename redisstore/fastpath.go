@@ -63,7 +63,7 @@ const pipelineMax = 4
 // which the fast path decides.
 func allFast(calls []*call) bool {
 	for _, c := range calls {
-		if c.p.fast == nil || c.op != opTake {
+		if c.group != nil || c.p.fast == nil || c.op != opTake {
 			return false
 		}
 	}

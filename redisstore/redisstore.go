@@ -388,13 +388,7 @@ func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Deci
 	if err != nil {
 		return core.Decision{}, err
 	}
-	var buf [core.MaxLimits]core.Verdict
-	vs := buf[:len(p.specs)]
-	for i := range vs {
-		v := c.out[4*i:]
-		vs[i] = core.Verdict{Allowed: v[0] == 1, Remaining: v[1], Retry: v[2], Reset: v[3]}
-	}
-	d := core.Decide(vs)
+	d := c.decision()
 	if s.denials != nil && n > 0 {
 		if d.Allowed || o != opTake {
 			s.denials.forget(key) // the state moved: a cached retry would be stale
@@ -403,6 +397,122 @@ func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Deci
 		}
 	}
 	return d, nil
+}
+
+// decision combines the verdicts of c's limits that the script returned:
+// 4 integers each, allowed (1, 0, or 2 for a request that an
+// all-or-nothing group undid), remaining, retry and reset.
+func (c *call) decision() core.Decision {
+	var buf [core.MaxLimits]core.Verdict
+	vs := buf[:len(c.specs)]
+	undone := false
+	for i := range vs {
+		v := c.out[4*i:]
+		vs[i] = core.Verdict{Allowed: v[0] != 0, Remaining: v[1], Retry: v[2], Reset: v[3]}
+		undone = v[0] == 2
+	}
+	d := core.Decide(vs)
+	if undone {
+		core.Undone(&d)
+	}
+	return d
+}
+
+var _ core.Grouper = (*Store)(nil)
+
+// TakeGroup implements core.Grouper in one script call: decide.lua decides
+// the requests in order and undoes an all-or-nothing group before it
+// returns, so no other client sees its charges. Each request's Policy must
+// be one that s prepared.
+//
+// On a Redis Cluster that holds for the requests whose keys share a slot.
+// A group whose keys span slots goes out as one script call per slot, side
+// by side; when one slot's part denies an all-or-nothing group, the other
+// parts are undone by refunds once they return, so that for that moment
+// their charges can be seen. Keys that share a hash tag share a slot (see
+// the package documentation's Keys).
+func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
+	if err := core.CheckGroup(reqs); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	now := int64(-1)
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
+	}
+	members := make([]*call, len(reqs))
+	for i := range reqs {
+		r := &reqs[i]
+		p, ok := r.Policy.(*policy)
+		if !ok || p.s != s {
+			return core.ForeignPolicy(i, r.Policy)
+		}
+		o := opTake
+		if r.Force {
+			o = opCharge
+		}
+		m := &call{ctx: ctx, p: p, keys: p.keys(r.Key), n: r.N, now: now, specs: p.params, op: o, advisory: r.Advisory}
+		if p.calendar {
+			m.specs = p.calendarParams(now)
+		}
+		if s.cluster {
+			m.slot = slotOf(m.keys[0])
+		}
+		members[i] = m
+	}
+	parts := [][]*call{members}
+	if s.cluster {
+		parts = groupBySlot(members)
+	}
+	calls := make([]*call, len(parts))
+	for i, part := range parts {
+		c := &call{ctx: ctx, p: part[0].p, group: part, all: all, slot: part[0].slot}
+		for _, m := range part {
+			c.keys = append(c.keys, m.keys...)
+		}
+		calls[i] = c
+	}
+	var err error
+	if len(calls) == 1 && s.batch != nil {
+		err = s.batch.do(calls[0])
+	} else {
+		s.send(ctx, calls)
+		for _, c := range calls {
+			if err = c.err; err != nil {
+				break
+			}
+		}
+	}
+	for i, m := range members {
+		if m.out != nil {
+			reqs[i].Decision = m.decision()
+		}
+		if s.denials != nil && m.n > 0 {
+			s.denials.forget(reqs[i].Key) // its state may have moved
+		}
+	}
+	if len(calls) > 1 && (err != nil || (all && core.Undo(reqs))) {
+		// Undo the parts that charged, slot by slot.
+		for i, m := range members {
+			d := &reqs[i].Decision
+			if m.out == nil || !d.Allowed || m.n == 0 {
+				continue
+			}
+			back, rerr := m.p.take(ctx, reqs[i].Key, m.n, opRefund)
+			if rerr != nil {
+				err = errors.Join(err, rerr)
+				continue
+			}
+			*d = back
+			core.Undone(d)
+		}
+	}
+	return err
 }
 
 // calendarParams returns the limits' script parameters with the calendar

@@ -95,8 +95,8 @@ func (s *Store) decideArgs(calls []*call) ([]string, []any) {
 	}
 	index := make(map[scriptSpec]int, 4)
 	var specs []*scriptSpec
-	reqArgs := 0
-	for _, c := range calls {
+	items, reqArgs := 0, 0
+	addSpecs := func(c *call) {
 		for i := range c.specs {
 			if _, ok := index[c.specs[i]]; !ok {
 				index[c.specs[i]] = len(specs) + 1
@@ -105,26 +105,59 @@ func (s *Store) decideArgs(calls []*call) ([]string, []any) {
 		}
 		reqArgs += 3 + len(c.specs)
 	}
+	for _, c := range calls {
+		items++
+		if c.group == nil {
+			addSpecs(c)
+			continue
+		}
+		reqArgs++
+		for _, m := range c.group {
+			addSpecs(m)
+		}
+	}
 	args := make([]any, 0, 3+scriptSpecLen*len(specs)+reqArgs)
 	args = append(args, s.extraTTL, len(specs))
 	for _, sp := range specs {
 		args = sp.appendArgs(args)
 	}
-	args = append(args, len(calls))
+	args = append(args, items)
 	for _, c := range calls {
-		var n any = c.n
-		switch {
-		case c.op == opCharge:
-			n = -c.n // decide.lua's sign for a forced charge
-		case c.op == opRefund:
-			n = "r" + strconv.FormatInt(c.n, 10) // and its form of a refund
+		if c.group == nil {
+			args = appendRequest(args, c, index)
+			continue
 		}
-		args = append(args, len(c.specs), n, c.now)
-		for _, sp := range c.specs {
-			args = append(args, index[sp])
+		head := "g"
+		if c.all {
+			head = "G"
+		}
+		args = append(args, head+strconv.Itoa(len(c.group)))
+		for _, m := range c.group {
+			args = appendRequest(args, m, index)
 		}
 	}
 	return keys, args
+}
+
+// appendRequest appends c's request to decide.lua's arguments, naming its
+// limits' specs by their index.
+func appendRequest(args []any, c *call, index map[scriptSpec]int) []any {
+	var n any = c.n
+	switch {
+	case c.op == opCharge:
+		n = -c.n // decide.lua's sign for a forced charge
+	case c.op == opRefund:
+		n = "r" + strconv.FormatInt(c.n, 10) // and its form of a refund
+	}
+	var nk any = len(c.specs)
+	if c.advisory {
+		nk = "a" + strconv.Itoa(len(c.specs))
+	}
+	args = append(args, nk, n, c.now)
+	for _, sp := range c.specs {
+		args = append(args, index[sp])
+	}
+	return args
 }
 
 // decideResult sets each call's result from decide.lua's reply.
@@ -144,20 +177,32 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 				continue
 			}
 		}
-		nk := len(c.specs)
-		if i+4*nk > len(res) {
-			c.err = fmt.Errorf("%w: script returned %d values for %d requests", floodgate.ErrStore, len(res), len(calls))
+		if c.group == nil {
+			i, c.err = readOut(c, res, i)
 			continue
 		}
-		c.out = make([]int64, 4*nk)
-		for j := range c.out {
-			v, ok := res[i+j].(int64)
-			if !ok {
-				c.err = fmt.Errorf("%w: script returned %T, not an integer", floodgate.ErrStore, res[i+j])
+		for _, m := range c.group {
+			if i, c.err = readOut(m, res, i); c.err != nil {
 				break
 			}
-			c.out[j] = v
 		}
-		i += 4 * nk
 	}
+}
+
+// readOut sets c.out from the 4 integers per limit of c that res holds at
+// i, and returns the index after them.
+func readOut(c *call, res []any, i int) (int, error) {
+	nk := len(c.specs)
+	if i+4*nk > len(res) {
+		return i, fmt.Errorf("%w: script returned %d values, too few for its requests", floodgate.ErrStore, len(res))
+	}
+	c.out = make([]int64, 4*nk)
+	for j := range c.out {
+		v, ok := res[i+j].(int64)
+		if !ok {
+			return i, fmt.Errorf("%w: script returned %T, not an integer", floodgate.ErrStore, res[i+j])
+		}
+		c.out[j] = v
+	}
+	return i + 4*nk, nil
 }

@@ -1,0 +1,121 @@
+package fallback
+
+import (
+	"context"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+)
+
+var _ core.Grouper = (*Store)(nil)
+
+// TakeGroup implements core.Grouper. When every request's key is in one
+// partition of the primary, its breaker is closed and the primary is a
+// core.Grouper, the primary decides the group in one step, within the
+// budget. When the primary fails, or its breaker is open, the failure
+// policy answers: under Local, the local limiter decides the group in one
+// step, as it decides a Take (and its admissions go to the ledger). A
+// group whose keys span partitions, or on a primary that is not a
+// core.Grouper, is decided one request at a time, and an all-or-nothing
+// group is then undone by refunds. Each request's Policy must be one that
+// s prepared.
+func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
+	if err := core.CheckGroup(reqs); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	pols := make([]*policy, len(reqs))
+	b := s.breaker(reqs[0].Key)
+	one := true
+	for i := range reqs {
+		p, ok := reqs[i].Policy.(*policy)
+		if !ok || p.s != s {
+			return core.ForeignPolicy(i, reqs[i].Policy)
+		}
+		pols[i] = p
+		one = one && (s.parts == nil || s.breaker(reqs[i].Key) == b)
+	}
+	g, ok := s.primary.(core.Grouper)
+	if !ok || !one {
+		return s.takeEach(ctx, pols, reqs, all)
+	}
+	sub := make([]core.Request, len(reqs))
+	for i, r := range reqs {
+		sub[i] = core.Request{Policy: pols[i].primary, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory}
+	}
+	_, done, err := pols[0].primaryFirst(ctx, b, func(ctx context.Context) (core.Decision, error) {
+		return core.Decision{}, g.TakeGroup(ctx, sub, all)
+	})
+	if done {
+		if err != nil {
+			return err
+		}
+		for i := range reqs {
+			reqs[i].Decision = sub[i].Decision
+			pols[i].sync(ctx, reqs[i].Key, reqs[i].N, &reqs[i].Decision)
+		}
+		return nil
+	}
+	lg, ok := s.local.(core.Grouper)
+	if s.policy != Local || !ok {
+		return s.takeEach(ctx, pols, reqs, all)
+	}
+	for i, r := range reqs {
+		sub[i].Policy = pols[i].local
+		sub[i].N = r.N
+	}
+	s.stats.fallbacks.Add(uint64(len(reqs)))
+	if err := lg.TakeGroup(ctx, sub, all); err != nil {
+		return err
+	}
+	for i := range reqs {
+		d := &reqs[i].Decision
+		*d = sub[i].Decision
+		d.Source = core.SourceLocal
+		if d.Allowed && reqs[i].N > 0 {
+			pols[i].record(reqs[i].Key, reqs[i].N, s.breaker(reqs[i].Key))
+		}
+	}
+	return nil
+}
+
+// takeEach decides a group one request at a time, through the policies'
+// Take and Charge, and undoes an all-or-nothing group (or one that failed
+// part way) with refunds, the latest first.
+func (s *Store) takeEach(ctx context.Context, pols []*policy, reqs []core.Request, all bool) error {
+	undo := false
+	var err error
+	n := 0
+	for ; n < len(reqs); n++ {
+		r := &reqs[n]
+		if r.Force {
+			r.Decision, err = pols[n].Charge(ctx, r.Key, r.N)
+		} else {
+			r.Decision, err = pols[n].Take(ctx, r.Key, r.N)
+		}
+		if err != nil {
+			break
+		}
+		undo = undo || (!r.Decision.Allowed && !r.Advisory)
+	}
+	if err == nil && !(all && undo) {
+		return nil
+	}
+	for i := n - 1; i >= 0; i-- {
+		r := &reqs[i]
+		if !r.Decision.Allowed || r.N == 0 {
+			continue
+		}
+		d, rerr := pols[i].Refund(ctx, r.Key, r.N)
+		if rerr == nil {
+			r.Decision = d
+			core.Undone(&r.Decision)
+		}
+	}
+	return err
+}
