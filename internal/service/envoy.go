@@ -75,17 +75,16 @@ func (s *Service) envoyLimit(l *config.EnvoyLimit) floodgate.Limit {
 
 // envoyCheck is one descriptor of a request on its way to a decision.
 type envoyCheck struct {
-	limit   *config.EnvoyLimit
-	lim     *floodgate.Limiter
-	key     string // the store key
-	stat    string // the statistics' name
-	hits    int64
-	shadow  bool
-	quota   bool // quota_mode: over the limit is reported, not enforced
-	res     floodgate.Result
-	charged bool // hits were taken (and may need a refund)
-	over    bool
-	before  int64 // the counting window's count before the hits
+	limit  *config.EnvoyLimit
+	lim    *floodgate.Limiter
+	key    string // the store key
+	stat   string // the statistics' name
+	hits   int64
+	shadow bool
+	quota  bool // quota_mode: over the limit is reported, not enforced
+	res    floodgate.Result
+	over   bool
+	before int64 // the counting window's count before the hits
 }
 
 // ShouldRateLimit is RLS v3's RateLimitService.ShouldRateLimit. It decides
@@ -154,107 +153,70 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	return s.envoyResponse(checks, unlimited), nil
 }
 
-// decideEnvoy decides every check, the descriptors of a request side by
-// side. A counting window counts hits over its limit too, unless the
-// atomic option is on: then a request over any enforced limit charges
-// none, and what the others took goes back.
+// decideEnvoy decides every check of a request in one group
+// (floodgate.AllowGroup): one script call on Redis, the descriptors in
+// the request's order, so that descriptors on one counter are taken as
+// envoyproxy/ratelimit's pipeline applies them. A counting window counts
+// hits over its limit too, unless the atomic option is on: then the group
+// is all or nothing, and a request over any enforced limit charges none.
 func (s *Service) decideEnvoy(ctx context.Context, checks []envoyCheck) error {
-	if err := s.forEach(checks, func(c *envoyCheck) error { return s.decideOne(ctx, c) }); err != nil {
-		return err
-	}
-	anyOver := false
+	// With the atomic option, a request that a limit of 0 denies before
+	// any store call (requests_per_unit: 0) charges nothing: a request
+	// that can never pass (a cost over its quota, on a key of the group)
+	// joins the group, so that the group is undone as a whole and each
+	// check still learns whether it was over its own limit.
+	blocked := false
 	for i := range checks {
 		c := &checks[i]
-		if c.limit != nil {
-			s.envoyStats.Add(uint64(c.hits), "total_hits", c.stat)
-		}
-		if c.over && !(c.shadow || c.quota) {
-			anyOver = true // a shadow or quota-mode limit does not deny
-		}
+		blocked = blocked || (s.atomic && c.over && !(c.shadow || c.quota))
 	}
-	if !anyOver || !s.atomic {
-		return nil
-	}
-	return s.forEach(checks, func(c *envoyCheck) error {
-		if !c.charged {
-			return nil
-		}
-		res, err := c.lim.Refund(ctx, c.key, c.hits)
-		if err != nil {
-			return err
-		}
-		c.res, c.charged = res, false
-		return nil
-	})
-}
-
-// forEach calls f on each check that has a limiter, concurrently when
-// there are several, and returns the first error.
-func (s *Service) forEach(checks []envoyCheck, f func(c *envoyCheck) error) error {
-	var todo []*envoyCheck
+	var buf [8]floodgate.Request
+	var at [8]int
+	reqs, which := buf[:0], at[:0]
 	for i := range checks {
-		if checks[i].limit != nil && checks[i].lim != nil {
-			todo = append(todo, &checks[i])
+		c := &checks[i]
+		if c.limit == nil || c.lim == nil {
+			continue
 		}
-	}
-	switch {
-	case len(todo) == 0:
-		return nil
-	case len(todo) == 1 || sharesKey(todo):
-		// Descriptors on one counter are taken in the request's order,
-		// as envoyproxy/ratelimit's pipeline applies them: the first
-		// sees the count before the second.
-		for _, c := range todo {
-			if err := f(c); err != nil {
-				return err
-			}
+		r := floodgate.Request{Limiter: c.lim, Key: c.key, N: min(c.hits, floodgate.MaxQuota), Advisory: c.shadow || c.quota}
+		if c.limit.Counting && !s.atomic {
+			// Charged whatever its count, as its INCRBY is; its limiter's
+			// quota is one more than the limit (see envoyLimit).
+			r.N, r.Force = min(c.hits, int64(c.limit.RequestsPerUnit)+1), true
 		}
-		return nil
+		reqs, which = append(reqs, r), append(which, i)
 	}
-	errs := make([]error, len(todo))
-	var wg sync.WaitGroup
-	for i, c := range todo[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i+1] = f(c)
-		}()
+	if blocked && len(reqs) > 0 {
+		r := reqs[0]
+		r.N, r.Advisory = r.Limiter.Limits()[0].Quota()+1, false
+		reqs = append(reqs, r)
 	}
-	errs[0] = f(todo[0])
-	wg.Wait()
-	for _, err := range errs {
+	if len(reqs) > 0 {
+		start := time.Now()
+		err := floodgate.AllowGroup(ctx, reqs, s.atomic)
+		s.latency.Observe(time.Since(start).Seconds())
 		if err != nil {
 			return err
+		}
+	}
+	for j := range which {
+		decided(&checks[which[j]], &reqs[j])
+	}
+	for i := range checks {
+		if c := &checks[i]; c.limit != nil {
+			s.envoyStats.Add(uint64(c.hits), "total_hits", c.stat)
 		}
 	}
 	return nil
 }
 
-// sharesKey reports whether two of checks count on one key.
-func sharesKey(checks []*envoyCheck) bool {
-	for i, c := range checks {
-		for _, d := range checks[:i] {
-			if c.key == d.key {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// decideOne takes one check's hits. A counting window is charged its hits
-// whatever its count, as envoyproxy/ratelimit's INCRBY does, in one call:
-// its limiter's quota is one more than the limit (see envoyLimit), so the
-// hits were within the limit when at least 1 remains.
-func (s *Service) decideOne(ctx context.Context, c *envoyCheck) error {
-	start := time.Now()
-	defer func() { s.latency.Observe(time.Since(start).Seconds()) }()
-	limit := int64(c.limit.RequestsPerUnit)
-	if c.limit.Counting && !s.atomic {
-		res, err := c.lim.Charge(ctx, c.key, min(c.hits, limit+1))
-		if err != nil {
-			return err
-		}
+// decided reads a check's outcome from its request's Result. A forced
+// charge of a counting window was within the limit when at least 1
+// remains. A request that the atomic option undid is within its own limit
+// (not Allowed, RetryAfter 0), and reports the state without its hits.
+func decided(c *envoyCheck, r *floodgate.Request) {
+	res, limit := r.Result, int64(c.limit.RequestsPerUnit)
+	if r.Force {
 		c.over = res.Remaining == 0
 		if !c.over {
 			res.Remaining--
@@ -265,18 +227,14 @@ func (s *Service) decideOne(ctx context.Context, c *envoyCheck) error {
 			c.before = limit
 		}
 		c.res = res
-		return nil
+		return
 	}
-	res, err := c.lim.AllowN(ctx, c.key, min(c.hits, floodgate.MaxQuota))
-	if err != nil {
-		return err
-	}
-	c.res, c.charged, c.over = res, res.Allowed && c.hits > 0, !res.Allowed
+	undone := !res.Allowed && res.RetryAfter == 0
+	c.res, c.over = res, !res.Allowed && !undone
 	c.before = res.Quota - res.Remaining
 	if res.Allowed {
 		c.before -= c.hits
 	}
-	return nil
 }
 
 // envoyResponse builds the answer: a status per descriptor and the overall

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
 )
 
@@ -197,6 +200,59 @@ func TestShouldRateLimitBadInput(t *testing.T) {
 		_, err := svc.ShouldRateLimit(context.Background(), tc.req)
 		if !errors.Is(err, service.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want ErrBadRequest with %q", tc.req, err, tc.want)
+		}
+	}
+}
+
+// TestEnvoyOneScriptCall: on Redis, a request's descriptors are decided
+// in one script call, and under the atomic option a request over one
+// limit leaves the others' counters as they were.
+func TestEnvoyOneScriptCall(t *testing.T) {
+	const domain = `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: path
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	srv := redistest.Start(t)
+	for _, atomic := range []bool{false, true} {
+		st := redisstore.New(srv.Client(t), &redisstore.Options{Prefix: fmt.Sprintf("one%v:", atomic)})
+		t.Cleanup(func() { st.Close() })
+		cfg, err := config.Parse("api.yaml", []byte(domain))
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler), StopIncrementWhenOverLimit: atomic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask := func(descs ...*rlcommon.RateLimitDescriptor) *rls.RateLimitResponse {
+			t.Helper()
+			before := st.Stats().ScriptCalls
+			resp, err := svc.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "api", Descriptors: descs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls := st.Stats().ScriptCalls - before; calls != 1 {
+				t.Errorf("atomic=%v: %d descriptors took %d script calls, want 1", atomic, len(descs), calls)
+			}
+			return resp
+		}
+		ask(rlsDesc("tenant", "t"))
+		resp := ask(rlsDesc("user", "u"), rlsDesc("path", "/p"), rlsDesc("tenant", "t"))
+		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("atomic=%v: %v, want OVER_LIMIT", atomic, resp)
+		}
+		want := uint32(8) // the user's second hit counted
+		if atomic {
+			want = 9 // not counted: the request was over the tenant's limit
+		}
+		resp = ask(rlsDesc("user", "u"))
+		if got := resp.Statuses[0].LimitRemaining; got != want {
+			t.Errorf("atomic=%v: the user's remaining after an over-limit request: %d, want %d", atomic, got, want)
 		}
 	}
 }
