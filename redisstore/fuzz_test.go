@@ -45,7 +45,8 @@ func fuzzLimit(a, b, c byte) floodgate.Limit {
 
 // FuzzDifferential compares the Go algorithms (the memory store) with the
 // Lua script (the Redis store) on random sequences of times, costs, keys
-// and one or two limits: every result must be identical. A short run is
+// and one or two limits, with charges, refunds, resets and groups of
+// requests on both keys (AllowGroup): every result must be identical. A short run is
 // part of scripts/test; run longer with
 //
 //	go test -run - -fuzz FuzzDifferential -fuzztime 5m ./redisstore
@@ -56,6 +57,7 @@ func FuzzDifferential(f *testing.F) {
 	f.Add([]byte{5, 0x31, 19, 1, 4, 0x20, 7, 90, 3, 0, 255, 0, 9, 1, 1, 130, 2, 7, 0})
 	f.Add([]byte{4, 0x13, 2, 0, 50, 1, 50, 1, 50, 2, 10, 0, 200, 3})
 	f.Add([]byte{6, 0x77, 4, 1, 1, 0x66, 12, 255, 1, 255, 1, 0, 255, 2, 128, 4})
+	f.Add([]byte{4, 0x13, 3, 0, 0x19, 3, 0x09, 1, 0x29, 2, 0x09, 3, 0x11, 200, 0x19, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 4 {
 			return
@@ -115,6 +117,31 @@ func FuzzDifferential(f *testing.F) {
 				}
 				if err := genLim.Reset(ctx, key); err != nil {
 					t.Fatal(err)
+				}
+				continue
+			}
+			if op%16 == 9 {
+				// A group on both keys: all or nothing when arg is odd, the
+				// first request forced when arg&2.
+				group := func(lim *floodgate.Limiter) []floodgate.Request {
+					return []floodgate.Request{{Limiter: lim, Key: key, N: n, Force: arg&2 != 0}, {Limiter: lim, Key: "b", N: int64(arg % 5)}}
+				}
+				want, got := group(memLim), group(redLim)
+				if err := floodgate.AllowGroup(ctx, want, arg&1 == 1); err != nil {
+					t.Fatal(err)
+				}
+				if err := floodgate.AllowGroup(ctx, got, arg&1 == 1); err != nil {
+					t.Fatalf("redis: %v", err)
+				}
+				for j := range want {
+					if got[j].Result != want[j].Result {
+						t.Fatalf("op %d at %s: group (all %v) request %d, n=%d limits %v:\nredis  %+v\nmemory %+v",
+							i/2, now.Sub(storetest.Base), arg&1 == 1, j, want[j].N, limits, got[j].Result, want[j].Result)
+					}
+				}
+				// genLim's keys catch up, as a group of their own.
+				if err := floodgate.AllowGroup(ctx, group(genLim), arg&1 == 1); err != nil {
+					t.Fatalf("decide.lua: %v", err)
 				}
 				continue
 			}
