@@ -65,9 +65,8 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	if s.policy != Local || !ok {
 		return s.takeEach(ctx, pols, reqs, all)
 	}
-	for i, r := range reqs {
+	for i := range sub {
 		sub[i].Policy = pols[i].local
-		sub[i].N = r.N
 	}
 	s.stats.fallbacks.Add(uint64(len(reqs)))
 	if err := lg.TakeGroup(ctx, sub, all); err != nil {
