@@ -13,11 +13,13 @@ var _ core.Grouper = (*Store)(nil)
 // partition of the primary, its breaker is closed and the primary is a
 // core.Grouper, the primary decides the group in one step, within the
 // budget. When the primary fails, or its breaker is open, the failure
-// policy answers: under Local, the local limiter decides the group in one
-// step, as it decides a Take (and its admissions go to the ledger). A
-// group whose keys span partitions, or on a primary that is not a
-// core.Grouper, is decided one request at a time, and an all-or-nothing
-// group is then undone by refunds. Each request's Policy must be one that
+// policy answers at once, without asking the primary again: under Local,
+// the local limiter decides the group in one step, as it decides a Take
+// (and its admissions go to the ledger); under FailOpen and FailClosed,
+// every request gets the policy's answer. A group whose keys span
+// partitions, or on a primary that is not a core.Grouper (or under Local
+// with a local store that is not one), is decided one request at a time,
+// and an all-or-nothing group is then undone by refunds. Each request's Policy must be one that
 // s prepared.
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
 	if err := core.CheckGroup(reqs); err != nil {
@@ -61,8 +63,25 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 		return nil
 	}
+	if s.policy != Local {
+		// Fail open or closed, at once: the primary just failed the
+		// group, so nothing is asked of it again.
+		for i := range reqs {
+			r := &reqs[i]
+			if r.Force {
+				r.Decision, err = pols[i].answer(ctx, r.Key, 0, b)
+				r.Decision.Allowed = true // a charge is always allowed, as Charge's
+			} else {
+				r.Decision, err = pols[i].answer(ctx, r.Key, r.N, b)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	lg, ok := s.local.(core.Grouper)
-	if s.policy != Local || !ok {
+	if !ok {
 		return s.takeEach(ctx, pols, reqs, all)
 	}
 	for i := range sub {

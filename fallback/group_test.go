@@ -77,3 +77,37 @@ func TestGroupFallsBack(t *testing.T) {
 		t.Errorf("a on the primary after the local group: %+v, %v; want 9 remaining (the ledger settles later)", r, err)
 	}
 }
+
+// TestGroupFailOpenAsksOnce: when the primary fails a group under
+// FailOpen or FailClosed, every request gets the policy's answer at once,
+// and the primary is not asked again for each.
+func TestGroupFailOpenAsksOnce(t *testing.T) {
+	for _, tt := range []struct {
+		policy  fallback.Policy
+		source  floodgate.Source
+		allowed bool
+	}{
+		{fallback.FailOpen, floodgate.SourceFailOpen, true},
+		{fallback.FailClosed, floodgate.SourceFailClosed, false},
+	} {
+		t.Run(tt.policy.String(), func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Policy: tt.policy, Threshold: 1000})
+			st := fallback.New(grouping{f.primary}, &fallback.Options{Policy: tt.policy, Clock: f.clock, Budget: 20 * time.Millisecond, Threshold: 1000})
+			t.Cleanup(func() { st.Close() })
+			a := limiter(t, st, floodgate.FixedWindow(10, time.Hour))
+			f.primary.mode.Store(int32(failing))
+			reqs := []floodgate.Request{{Limiter: a, Key: "a", N: 1}, {Limiter: a, Key: "b", N: 1}, {Limiter: a, Key: "c", N: 1}}
+			if err := floodgate.AllowGroup(context.Background(), reqs, true); err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range reqs {
+				if r.Result.Source != tt.source || r.Result.Allowed != tt.allowed {
+					t.Errorf("request %d: %+v, want allowed %v from %v", i, r.Result, tt.allowed, tt.source)
+				}
+			}
+			if calls := f.primary.calls.Load(); calls != 1 {
+				t.Errorf("the failing primary was asked %d times for one group, want 1", calls)
+			}
+		})
+	}
+}
