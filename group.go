@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/floodgate/floodgate/core"
@@ -62,9 +61,6 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 	for i := range reqs[1:] {
 		ok = ok && reqs[i+1].Limiter.store == store
 	}
-	if !ok {
-		return allowEach(ctx, reqs, all)
-	}
 	var buf [8]core.Request
 	group := buf[:0]
 	if len(reqs) > len(buf) {
@@ -74,55 +70,17 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 		r := &reqs[i]
 		group = append(group, core.Request{Policy: r.Limiter.policy, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory})
 	}
-	if err := g.TakeGroup(ctx, group, all); err != nil {
+	var err error
+	if ok {
+		err = g.TakeGroup(ctx, group, all)
+	} else {
+		err = core.TakeEach(ctx, group, all)
+	}
+	if err != nil {
 		return err
 	}
 	for i := range reqs {
 		reqs[i].Result = result(reqs[i].Limiter.specs, &group[i].Decision)
 	}
 	return nil
-}
-
-// allowEach is AllowGroup on a store that cannot decide a group at once.
-func allowEach(ctx context.Context, reqs []Request, all bool) error {
-	charged := make([]bool, len(reqs))
-	undo := false
-	for i := range reqs {
-		r := &reqs[i]
-		var err error
-		if r.Force {
-			r.Result, err = r.Limiter.Charge(ctx, r.Key, r.N)
-		} else {
-			r.Result, err = r.Limiter.AllowN(ctx, r.Key, r.N)
-		}
-		if err != nil {
-			return refundAfter(ctx, reqs, charged, err)
-		}
-		charged[i] = r.Result.Allowed && r.N > 0
-		undo = undo || (!r.Result.Allowed && !r.Advisory)
-	}
-	if !all || !undo {
-		return nil
-	}
-	return refundAfter(ctx, reqs, charged, nil)
-}
-
-// refundAfter gives back what the requests of reqs that charged took, the
-// latest first, setting their Results to the state after, and returns err
-// joined with the refunds' errors.
-func refundAfter(ctx context.Context, reqs []Request, charged []bool, err error) error {
-	for i := len(reqs) - 1; i >= 0; i-- {
-		if !charged[i] {
-			continue
-		}
-		r := &reqs[i]
-		res, rerr := r.Limiter.Refund(ctx, r.Key, r.N)
-		if rerr != nil {
-			err = errors.Join(err, rerr)
-			continue
-		}
-		r.Result = res
-		r.Result.Allowed = false // undone: its RetryAfter is 0
-	}
-	return err
 }

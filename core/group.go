@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -84,4 +85,58 @@ func Undo(reqs []Request) bool {
 		}
 	}
 	return false
+}
+
+// TakeEach is TakeGroup for stores that cannot decide a group in one step:
+// it decides reqs one after another, through each Policy's Take (or, when
+// Force, Charger.Charge), and gives back what was charged (Refunder), the
+// latest first, when the group is all or nothing and a request that is
+// not Advisory was denied, or when a request fails. The Decisions are
+// TakeGroup's, but other callers can see the charges until they are given
+// back. Its errors are the first failing request's, joined with any
+// refund's; a Policy that cannot charge or refund when it must gives an
+// error wrapping errors.ErrUnsupported.
+func TakeEach(ctx context.Context, reqs []Request, all bool) error {
+	undo := false
+	var err error
+	n := 0
+	for ; n < len(reqs); n++ {
+		r := &reqs[n]
+		if r.Force {
+			c, ok := r.Policy.(Charger)
+			if !ok {
+				err = fmt.Errorf("request %d: %T cannot charge: %w", n, r.Policy, errors.ErrUnsupported)
+				break
+			}
+			r.Decision, err = c.Charge(ctx, r.Key, r.N)
+		} else {
+			r.Decision, err = r.Policy.Take(ctx, r.Key, r.N)
+		}
+		if err != nil {
+			break
+		}
+		undo = undo || (!r.Decision.Allowed && !r.Advisory)
+	}
+	if err == nil && !(all && undo) {
+		return nil
+	}
+	for i := n - 1; i >= 0; i-- {
+		r := &reqs[i]
+		if !r.Decision.Allowed || r.N == 0 {
+			continue
+		}
+		rf, ok := r.Policy.(Refunder)
+		if !ok {
+			err = errors.Join(err, fmt.Errorf("request %d: %T cannot refund: %w", i, r.Policy, errors.ErrUnsupported))
+			continue
+		}
+		d, rerr := rf.Refund(ctx, r.Key, r.N)
+		if rerr != nil {
+			err = errors.Join(err, rerr)
+			continue
+		}
+		r.Decision = d
+		Undone(&r.Decision)
+	}
+	return err
 }

@@ -18,9 +18,8 @@ var _ core.Grouper = (*Store)(nil)
 // (and its admissions go to the ledger); under FailOpen and FailClosed,
 // every request gets the policy's answer. A group whose keys span
 // partitions, or on a primary that is not a core.Grouper (or under Local
-// with a local store that is not one), is decided one request at a time,
-// and an all-or-nothing group is then undone by refunds. Each request's Policy must be one that
-// s prepared.
+// with a local store that is not one), is decided by core.TakeEach. Each
+// request's Policy must be one that s prepared.
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
 	if err := core.CheckGroup(reqs); err != nil {
 		return err
@@ -44,7 +43,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	}
 	g, ok := s.primary.(core.Grouper)
 	if !ok || !one {
-		return s.takeEach(ctx, pols, reqs, all)
+		return core.TakeEach(ctx, reqs, all)
 	}
 	sub := make([]core.Request, len(reqs))
 	for i, r := range reqs {
@@ -82,7 +81,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	}
 	lg, ok := s.local.(core.Grouper)
 	if !ok {
-		return s.takeEach(ctx, pols, reqs, all)
+		return core.TakeEach(ctx, reqs, all)
 	}
 	for i := range sub {
 		sub[i].Policy = pols[i].local
@@ -100,40 +99,4 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 	}
 	return nil
-}
-
-// takeEach decides a group one request at a time, through the policies'
-// Take and Charge, and undoes an all-or-nothing group (or one that failed
-// part way) with refunds, the latest first.
-func (s *Store) takeEach(ctx context.Context, pols []*policy, reqs []core.Request, all bool) error {
-	undo := false
-	var err error
-	n := 0
-	for ; n < len(reqs); n++ {
-		r := &reqs[n]
-		if r.Force {
-			r.Decision, err = pols[n].Charge(ctx, r.Key, r.N)
-		} else {
-			r.Decision, err = pols[n].Take(ctx, r.Key, r.N)
-		}
-		if err != nil {
-			break
-		}
-		undo = undo || (!r.Decision.Allowed && !r.Advisory)
-	}
-	if err == nil && !(all && undo) {
-		return nil
-	}
-	for i := n - 1; i >= 0; i-- {
-		r := &reqs[i]
-		if !r.Decision.Allowed || r.N == 0 {
-			continue
-		}
-		d, rerr := pols[i].Refund(ctx, r.Key, r.N)
-		if rerr == nil {
-			r.Decision = d
-			core.Undone(&r.Decision)
-		}
-	}
-	return err
 }
