@@ -303,23 +303,30 @@ type policy struct {
 	fast     *fastArgs    // a lone bucket: the fast path's arguments; nil otherwise
 }
 
-// keys returns the Redis keys of key's limits.
+// keys returns the Redis keys of key's limits, each built at its exact
+// size: one allocation per key, and one for the slice.
 func (p *policy) keys(key string) []string {
-	var b strings.Builder
-	b.WriteString(p.s.prefix)
-	if strings.ContainsAny(key, "{}") {
-		b.WriteString(hashTag(key))
-		b.WriteString(key)
-	} else {
-		b.WriteByte('{')
-		b.WriteString(key)
-		b.WriteByte('}')
+	tag, braces := key, strings.ContainsAny(key, "{}")
+	if braces {
+		tag = hashTag(key) // "{hash}", followed by the key itself
 	}
-	b.WriteByte(':')
-	base := b.String()
 	keys := make([]string, len(p.suffixes))
+	var b strings.Builder
 	for i, suffix := range p.suffixes {
-		keys[i] = base + suffix
+		b.Grow(len(p.s.prefix) + len(tag) + len(key) + len(suffix) + 3)
+		b.WriteString(p.s.prefix)
+		if !braces {
+			b.WriteByte('{')
+			b.WriteString(key)
+			b.WriteByte('}')
+		} else {
+			b.WriteString(tag)
+			b.WriteString(key)
+		}
+		b.WriteByte(':')
+		b.WriteString(suffix)
+		keys[i] = b.String()
+		b = strings.Builder{}
 	}
 	return keys
 }
@@ -445,7 +452,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	if s.clock != nil {
 		now = s.clock.Now().UnixMicro()
 	}
-	members := make([]*call, len(reqs))
+	members, block := make([]*call, len(reqs)), make([]call, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		p, ok := r.Policy.(*policy)
@@ -456,7 +463,8 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		if r.Force {
 			o = opCharge
 		}
-		m := &call{ctx: ctx, p: p, keys: p.keys(r.Key), n: r.N, now: now, specs: p.params, op: o, advisory: r.Advisory}
+		m := &block[i]
+		*m = call{ctx: ctx, p: p, keys: p.keys(r.Key), n: r.N, now: now, specs: p.params, op: o, advisory: r.Advisory}
 		if p.calendar {
 			m.specs = p.calendarParams(now)
 		}
@@ -472,6 +480,11 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	calls := make([]*call, len(parts))
 	for i, part := range parts {
 		c := &call{ctx: ctx, p: part[0].p, group: part, all: all, slot: part[0].slot}
+		nk := 0
+		for _, m := range part {
+			nk += len(m.keys)
+		}
+		c.keys = make([]string, 0, nk)
 		for _, m := range part {
 			c.keys = append(c.keys, m.keys...)
 		}

@@ -139,6 +139,9 @@ func (s *Store) decideArgs(calls []*call) ([]string, []any) {
 	return keys, args
 }
 
+// serverTime is now = -1, the server's TIME, boxed once.
+var serverTime any = int64(-1)
+
 // appendRequest appends c's request to decide.lua's arguments, naming its
 // limits' specs by their index.
 func appendRequest(args []any, c *call, index map[scriptSpec]int) []any {
@@ -153,7 +156,11 @@ func appendRequest(args []any, c *call, index map[scriptSpec]int) []any {
 	if c.advisory {
 		nk = "a" + strconv.Itoa(len(c.specs))
 	}
-	args = append(args, nk, n, c.now)
+	var now any = c.now
+	if c.now == -1 {
+		now = serverTime // boxed once
+	}
+	args = append(args, nk, n, now)
 	for _, sp := range c.specs {
 		args = append(args, index[sp])
 	}
@@ -181,7 +188,14 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 			i, c.err = readOut(c, res, i)
 			continue
 		}
+		// The members' results in one block.
+		n := 0
 		for _, m := range c.group {
+			n += 4 * len(m.specs)
+		}
+		block := make([]int64, n)
+		for _, m := range c.group {
+			m.out, block = block[:4*len(m.specs):4*len(m.specs)], block[4*len(m.specs):]
 			if i, c.err = readOut(m, res, i); c.err != nil {
 				break
 			}
@@ -196,7 +210,9 @@ func readOut(c *call, res []any, i int) (int, error) {
 	if i+4*nk > len(res) {
 		return i, fmt.Errorf("%w: script returned %d values, too few for its requests", floodgate.ErrStore, len(res))
 	}
-	c.out = make([]int64, 4*nk)
+	if c.out == nil {
+		c.out = make([]int64, 4*nk)
+	}
 	for j := range c.out {
 		v, ok := res[i+j].(int64)
 		if !ok {

@@ -60,13 +60,18 @@ func (r *Registry) NewCounterVec(name, help string, labels ...string) *CounterVe
 }
 
 // Add adds n to the counter with the given label values.
-func (c *CounterVec) Add(n uint64, values ...string) {
+func (c *CounterVec) Add(n uint64, values ...string) { c.With(values...).Add(n) }
+
+// With returns the counter with the given label values, made on first
+// use. A caller that counts under the same values often keeps it and adds
+// to it, which saves joining the values on every Add.
+func (c *CounterVec) With(values ...string) *atomic.Uint64 {
 	k := strings.Join(values, "\x00")
 	v, ok := c.values.Load(k)
 	if !ok {
 		v, _ = c.values.LoadOrStore(k, new(atomic.Uint64))
 	}
-	v.(*atomic.Uint64).Add(n)
+	return v.(*atomic.Uint64)
 }
 
 // Get returns the counter's value for the label values.

@@ -204,7 +204,7 @@ func (s *Service) decideEnvoy(ctx context.Context, checks []envoyCheck) error {
 	}
 	for i := range checks {
 		if c := &checks[i]; c.limit != nil {
-			s.envoyStats.Add(uint64(c.hits), "total_hits", c.stat)
+			s.envoyStats.Add(uint64(c.hits), totalHits, c.stat)
 		}
 	}
 	return nil
@@ -323,18 +323,18 @@ func (s *Service) count(c *envoyCheck) {
 	after := c.before + c.hits
 	switch {
 	case !c.over:
-		s.envoyStats.Add(uint64(c.hits), "within_limit", c.stat)
+		s.envoyStats.Add(uint64(c.hits), withinLimit, c.stat)
 		if after > near {
-			s.envoyStats.Add(uint64(after-max(near, c.before)), "near_limit", c.stat)
+			s.envoyStats.Add(uint64(after-max(near, c.before)), nearLimit, c.stat)
 		}
 	case c.before >= limit:
-		s.envoyStats.Add(uint64(c.hits), "over_limit", c.stat)
+		s.envoyStats.Add(uint64(c.hits), overLimit, c.stat)
 	default:
-		s.envoyStats.Add(uint64(after-limit), "over_limit", c.stat)
-		s.envoyStats.Add(uint64(limit-max(near, c.before)), "near_limit", c.stat)
+		s.envoyStats.Add(uint64(after-limit), overLimit, c.stat)
+		s.envoyStats.Add(uint64(limit-max(near, c.before)), nearLimit, c.stat)
 	}
 	if c.over && c.shadow {
-		s.envoyStats.Add(uint64(min(c.hits, after-limit)), "shadow_mode", c.stat)
+		s.envoyStats.Add(uint64(min(c.hits, after-limit)), shadowMode, c.stat)
 	}
 }
 
@@ -446,14 +446,33 @@ func (o *overrides) get(store floodgate.Store, limit func(*config.EnvoyLimit) fl
 	return l.limit, l.lim, nil
 }
 
+// The statistics envoyproxy/ratelimit keeps per descriptor.
+const (
+	totalHits = iota
+	overLimit
+	nearLimit
+	withinLimit
+	shadowMode
+	numEnvoyStats
+)
+
+var envoyStatNames = [numEnvoyStats]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
+
 // envoyMetrics are envoyproxy/ratelimit's per-descriptor counters, named
 // and labelled as its documented statsd-to-Prometheus mapping names them:
 // ratelimit_service_rate_limit_total_hits{domain, key1, key2}, where key1
 // and key2 are the first two parts of the descriptor's name.
 type envoyMetrics struct {
-	vecs  map[string]*metrics.CounterVec
-	names sync.Map // stat key -> [3]string labels
+	vecs  [numEnvoyStats]*metrics.CounterVec
+	names sync.Map // stat key -> *envoyStat
 	n     atomic.Int64
+}
+
+// envoyStat is one descriptor name's labels and, once used, its counters,
+// kept so that counting does not join the labels again.
+type envoyStat struct {
+	labels [3]string
+	counts [numEnvoyStats]atomic.Pointer[atomic.Uint64]
 }
 
 // maxEnvoyStats bounds the label sets: names come from the configuration,
@@ -461,36 +480,42 @@ type envoyMetrics struct {
 const maxEnvoyStats = 10000
 
 func newEnvoyMetrics(r *metrics.Registry) *envoyMetrics {
-	m := &envoyMetrics{vecs: map[string]*metrics.CounterVec{}}
-	for _, kind := range []string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"} {
-		m.vecs[kind] = r.NewCounterVec("ratelimit_service_rate_limit_"+kind,
-			"envoyproxy/ratelimit's "+kind+" per descriptor, labelled as its default Prometheus mapping labels it.", "domain", "key1", "key2")
+	m := &envoyMetrics{}
+	for kind, name := range envoyStatNames {
+		m.vecs[kind] = r.NewCounterVec("ratelimit_service_rate_limit_"+name,
+			"envoyproxy/ratelimit's "+name+" per descriptor, labelled as its default Prometheus mapping labels it.", "domain", "key1", "key2")
 	}
 	return m
 }
 
 var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
 
-// Add adds n to the counter kind of the descriptor named stat.
-func (m *envoyMetrics) Add(n uint64, kind, stat string) {
+// Add adds n to the counter kind (totalHits, ...) of the descriptor named
+// stat.
+func (m *envoyMetrics) Add(n uint64, kind int, stat string) {
 	if n == 0 {
 		return
 	}
 	v, ok := m.names.Load(stat)
 	if !ok {
-		var l [3]string
+		st := &envoyStat{}
 		if m.n.Add(1) > maxEnvoyStats {
-			l = [3]string{"", "overflow", ""}
+			st.labels = [3]string{"", "overflow", ""}
 		} else {
 			// As envoyproxy/ratelimit sanitizes statsd names: an IPv4
 			// address's dots and any : or | become _.
 			clean := strings.NewReplacer(":", "_", "|", "_").Replace(stat)
 			clean = ipv4.ReplaceAllStringFunc(clean, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 			parts := strings.SplitN(clean, ".", 4)
-			copy(l[:], parts)
+			copy(st.labels[:], parts)
 		}
-		v, _ = m.names.LoadOrStore(stat, l)
+		v, _ = m.names.LoadOrStore(stat, st)
 	}
-	l := v.([3]string)
-	m.vecs[kind].Add(n, l[0], l[1], l[2])
+	st := v.(*envoyStat)
+	c := st.counts[kind].Load()
+	if c == nil {
+		c = m.vecs[kind].With(st.labels[:]...) // the same counter, whoever makes it first
+		st.counts[kind].Store(c)
+	}
+	c.Add(n)
 }
