@@ -13,6 +13,10 @@ type Decision struct {
 	Index int
 	// Source says who decided.
 	Source Source
+	// Limits is nil, or, when the key has an override (see Overrider),
+	// the override's limits, which Index refers to instead of the
+	// Policy's.
+	Limits []Spec
 }
 
 // Decide combines the verdicts of a request's limits (vs[i] for limit i)

@@ -74,6 +74,11 @@ type Spec struct {
 	// Name labels the limit in results, headers and metrics; it has no
 	// effect on decisions.
 	Name string
+	// Alg is the number of the algorithm (package floodgate's Algorithm)
+	// that the limit was built as, so that a Spec read back from a store
+	// (an override) says "gcra" rather than "bucket"; 0 when unknown. It
+	// has no effect on decisions.
+	Alg uint8
 	// Quota is the most one request may cost and the most a fresh key
 	// admits at once: a bucket's burst (capacity, max_burst+1), a window's
 	// limit.
@@ -201,7 +206,7 @@ func (s *Spec) Validate() error {
 	if err != nil {
 		return err
 	}
-	want.Name = s.Name
+	want.Name, want.Alg = s.Name, s.Alg
 	if s.Period > maxPeriodMicros || want != *s {
 		return fmt.Errorf("%w: %s spec was not built by its constructor", ErrInvalidLimit, s.Kind)
 	}
@@ -239,7 +244,7 @@ func (s Spec) Share(n int64) (Spec, error) {
 	default:
 		out, err = NewWindow(s.Kind, s.Kind.String()+" window", q, time.Duration(s.Period)*time.Microsecond)
 	}
-	out.Name = s.Name
+	out.Name, out.Alg = s.Name, s.Alg
 	return out, err
 }
 

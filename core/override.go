@@ -1,0 +1,162 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Strategy says what a key keeps of what it has used when its limits
+// change: when an override is set or deleted. The four are bucket4j's
+// TokensInheritanceStrategy. With a capacity of 100 and 40 units left,
+// raised to 200, a key is left with 80 (Proportional), 40 (AsIs), 140
+// (Additive) or 200 (ResetUsage).
+//
+// Every algorithm is treated alike, through its Remaining: the units it
+// would admit now, in whole units (a bucket keeps the part of a unit it
+// has refilled). Limit i of the old limits hands over to limit i of the
+// new ones; a new limit with no old one at its index starts full.
+type Strategy uint8
+
+// The strategies. Additive is the zero value and the default.
+const (
+	// Additive keeps what was used: a raised limit adds the difference to
+	// what is left (40 of 100, raised to 200: 140). A lowered limit keeps
+	// what is left, up to the new quota, as AsIs does.
+	Additive Strategy = iota
+	// AsIs keeps what is left, up to the new quota (40 of 100: 40 of 200).
+	AsIs
+	// Proportional keeps the fraction that is left, rounded down (40 of
+	// 100: 80 of 200).
+	Proportional
+	// ResetUsage forgets what was used: the key is full under its new
+	// limits.
+	ResetUsage
+)
+
+var strategyNames = [...]string{"additive", "as-is", "proportional", "reset"}
+
+// String returns "additive", "as-is", "proportional" or "reset".
+func (s Strategy) String() string {
+	if int(s) < len(strategyNames) {
+		return strategyNames[s]
+	}
+	return "Strategy(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ParseStrategy returns the Strategy whose String is s; "" is Additive.
+func ParseStrategy(s string) (Strategy, error) {
+	if s == "" {
+		return Additive, nil
+	}
+	for i, name := range strategyNames {
+		if name == s {
+			return Strategy(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown strategy %q (additive, as-is, proportional or reset)", ErrInvalidLimit, s)
+}
+
+// Carry returns how many units a limit of toQuota should have left so
+// that it keeps what strategy st keeps of an old limit's fromRemaining of
+// fromQuota: between 0 and toQuota. ResetUsage is not handled here: a
+// store forgets the state instead.
+//
+// A store moves a key's state to it in at most three steps, each with
+// operations every algorithm has in Go and in Lua. It peeks the new limit
+// on the state as it stands; when that leaves more than the target, it
+// charges the difference (Spec.Charge), which is exact on every
+// algorithm; when it leaves less, it refunds the difference (Spec.Refund)
+// and peeks again. A refund can fall short: a Remaining of 0 may hide a
+// debt (a bucket whose TAT is far ahead, read at a faster rate), and a
+// sliding window counter's refund restores less than it gives back. The
+// store then starts the limit afresh and charges what the target leaves
+// out. Either way the key keeps exactly the target, and where the state
+// could be kept, its timing too.
+func Carry(st Strategy, fromQuota, fromRemaining, toQuota int64) int64 {
+	fromRemaining = max(fromRemaining, 0)
+	var want int64
+	switch {
+	case st == Proportional:
+		want, _ = MulDiv(fromRemaining, toQuota, fromQuota)
+	case st == Additive && toQuota >= fromQuota:
+		want = fromRemaining + toQuota - fromQuota
+	default: // AsIs, and Additive when the limit is lowered
+		want = fromRemaining
+	}
+	return min(max(want, 0), toQuota)
+}
+
+// MaxOverrideTTL is the longest an override may last, about 290 years
+// less a little: the longest time.Duration in whole milliseconds.
+const MaxOverrideTTL = time.Duration(1<<63-1) / time.Millisecond * time.Millisecond
+
+// Override is a key's own limits: while it lasts, every Policy of the
+// store decides the key against Limits instead of its own.
+type Override struct {
+	// Limits are the key's limits, 1 to MaxLimits, as CheckSpecs accepts
+	// them; calendar windows are not allowed.
+	Limits []Spec
+	// TTL is how long the override lasts from when it is set, in whole
+	// milliseconds; 0 for ever. GetOverride reports the time left. When an
+	// override expires, the key's state is read under the Policy's limits
+	// as it stands (the Additive strategy for limits that differ only in
+	// quota); delete an override to choose.
+	TTL time.Duration
+}
+
+// CheckOverride returns nil when key and o can be set, and otherwise an
+// error wrapping ErrInvalidKey or ErrInvalidLimit (or ErrNoLimits) that
+// says what is wrong.
+func CheckOverride(key string, o *Override, st Strategy) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if st > ResetUsage {
+		return fmt.Errorf("%w: unknown strategy %d", ErrInvalidLimit, st)
+	}
+	if o == nil {
+		return nil
+	}
+	if err := CheckSpecs(o.Limits); err != nil {
+		return err
+	}
+	for i := range o.Limits {
+		if o.Limits[i].Calendar != 0 {
+			return fmt.Errorf("%w: an override cannot be a calendar window (limit %d); use a fixed window of 24h, 168h or 720h", ErrInvalidLimit, i)
+		}
+	}
+	switch {
+	case o.TTL < 0:
+		return fmt.Errorf("%w: override TTL must not be negative, got %s", ErrInvalidLimit, o.TTL)
+	case o.TTL%time.Millisecond != 0:
+		return fmt.Errorf("%w: override TTL must be whole milliseconds, got %s", ErrInvalidLimit, o.TTL)
+	}
+	return nil
+}
+
+// Overrider is implemented by a Policy whose store keeps per-key
+// overrides: the memory, Redis and fallback stores. An override belongs to
+// the key in the store, not to the Policy: every Policy of the store
+// decides the key against it. The Policy that sets or deletes one supplies
+// the limits the key had or goes back to (its own), so that the key's
+// usage is carried over by the Strategy.
+//
+// Setting or deleting an override is atomic with the carry-over: no
+// decision sees the new limits with the old usage, or the reverse.
+type Overrider interface {
+	// SetOverride gives key the override o, or, when o is nil, deletes
+	// key's override, so that it goes back to the Policy's limits. The
+	// key's usage goes from its old limits (its override, or the Policy's)
+	// to the new ones as st says. Errors wrap those of CheckOverride, or
+	// ErrStore; a failed call changes nothing.
+	SetOverride(ctx context.Context, key string, o *Override, st Strategy) error
+	// GetOverride returns key's override and true, or false when it has
+	// none (or it expired).
+	GetOverride(ctx context.Context, key string) (Override, bool, error)
+	// ListOverrides calls fn with every override of the store, in no
+	// particular order, until fn returns false. Overrides set or deleted
+	// meanwhile may or may not be seen.
+	ListOverrides(ctx context.Context, fn func(key string, o Override) bool) error
+}
