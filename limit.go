@@ -185,6 +185,7 @@ func FixedWindow(limit int64, window time.Duration) Limit {
 // nominal length (24h, 168h, or 30 days for a month).
 func CalendarWindow(limit int64, unit Calendar, loc *time.Location) Limit {
 	spec, err := core.NewCalendarWindow(AlgorithmFixedWindow.String(), limit, core.Calendar(unit), loc)
+	spec.Alg = uint8(AlgorithmFixedWindow)
 	return Limit{alg: AlgorithmFixedWindow, spec: spec, err: err}
 }
 
@@ -208,11 +209,13 @@ func SlidingWindow(limit int64, window time.Duration) Limit {
 
 func newBucket(alg Algorithm, rate int64, period time.Duration, quota int64, quotaName string) Limit {
 	spec, err := core.NewBucket(alg.String(), rate, period, quota, quotaName)
+	spec.Alg = uint8(alg)
 	return Limit{alg: alg, spec: spec, err: err}
 }
 
 func newWindow(alg Algorithm, limit int64, window time.Duration) Limit {
 	spec, err := core.NewWindow(alg.kind(), alg.String(), limit, window)
+	spec.Alg = uint8(alg)
 	return Limit{alg: alg, spec: spec, err: err}
 }
 
@@ -295,4 +298,21 @@ func (l Limit) String() string {
 		s = l.spec.Name + ": " + s
 	}
 	return s
+}
+
+// limitOf returns the Limit whose compiled form is sp, a Spec that a store
+// read back (an override): its algorithm is sp.Alg, or, when that is
+// unknown, the first of its kind.
+func limitOf(sp core.Spec) Limit {
+	alg := Algorithm(sp.Alg)
+	if alg.kind() != sp.Kind {
+		for a := AlgorithmTokenBucket; a <= AlgorithmSlidingWindow; a++ {
+			if a.kind() == sp.Kind {
+				alg = a
+				break
+			}
+		}
+	}
+	sp.Alg = uint8(alg)
+	return Limit{alg: alg, spec: sp, err: sp.Validate()}
 }

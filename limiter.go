@@ -112,13 +112,18 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // key's state and nothing changes. A cost larger than a limit's Quota is
 // denied with RetryAfter Never.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
-	var d core.Decision
-	var err error
 	if l.mem != nil {
-		d.Verdict, d.Index, err = l.mem.decide(ctx, key, n, opTake)
-	} else {
-		d, err = l.policy.Take(ctx, key, n)
+		v, i, err := l.mem.decide(ctx, key, n, opTake)
+		if err == nil {
+			return verdictResult(&l.specs[i], &v, i), nil
+		}
+		if err != errOverridden {
+			return Result{}, err
+		}
+		d := l.mem.takeOverridden(key, n, opTake)
+		return result(l.specs, &d), nil
 	}
+	d, err := l.policy.Take(ctx, key, n)
 	if err != nil {
 		return Result{}, err
 	}

@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"math/bits"
 	"slices"
@@ -137,8 +138,7 @@ type memPolicy struct {
 
 // Take implements core.Policy.
 func (p *memPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	v, i, err := p.decide(ctx, key, n, opTake)
-	return core.Decision{Verdict: v, Index: i}, err
+	return p.take(ctx, key, n, opTake)
 }
 
 // op is what a decision does with its cost.
@@ -192,13 +192,51 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core
 	}
 	now := s.now()
 	if len(p.specs) == 1 {
-		return s.takeOne(key, &p.specs[0], now, n, o), 0, nil
+		v := s.takeOne(key, &p.specs[0], now, n, o)
+		if v.Retry == retryOverridden {
+			return core.Verdict{}, 0, errOverridden
+		}
+		return v, 0, nil
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
+	if sh.ovr != nil && sh.override(key, now) != nil {
+		sh.mu.Unlock()
+		return core.Verdict{}, 0, errOverridden
+	}
 	v, i, _ := p.decideLocked(sh, key, now, n, o)
 	sh.mu.Unlock()
 	return v, i, nil
+}
+
+// errOverridden is decide's answer for a key with an override, which
+// take then decides: it keeps the override's check off the hot path.
+var errOverridden = errors.New("floodgate: key has an override")
+
+// take is decide for the Policy's methods: it returns a Decision, and
+// decides keys that have an override.
+func (p *memPolicy) take(ctx context.Context, key string, n int64, o op) (core.Decision, error) {
+	v, i, err := p.decide(ctx, key, n, o)
+	if err == errOverridden {
+		return p.takeOverridden(key, n, o), nil
+	}
+	return core.Decision{Verdict: v, Index: i}, err
+}
+
+// takeOverridden decides key against its override, or, if it has none by
+// now, against p's limits.
+func (p *memPolicy) takeOverridden(key string, n int64, o op) core.Decision {
+	s := p.s
+	sh := s.shard(key)
+	sh.mu.Lock()
+	now := s.now()
+	q, limits := p, []core.Spec(nil)
+	if ov := sh.override(key, now); ov != nil {
+		q, limits = ov.pol, ov.pol.specs
+	}
+	v, i, _ := q.decideLocked(sh, key, now, n, o)
+	sh.mu.Unlock()
+	return core.Decision{Verdict: v, Index: i, Limits: limits}
 }
 
 // shard returns the shard that holds key.
@@ -301,15 +339,22 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 		if r.Force {
 			o = opCharge
 		}
-		v, idx, c := pols[i].decideLocked(&s.shards[shards[i]], r.Key, now, r.N, o)
-		r.Decision, charged[i] = core.Decision{Verdict: v, Index: idx}, c
+		sh := &s.shards[shards[i]]
+		var limits []core.Spec
+		if sh.ovr != nil {
+			if ov := sh.override(r.Key, now); ov != nil {
+				pols[i], limits = ov.pol, ov.pol.specs
+			}
+		}
+		v, idx, c := pols[i].decideLocked(sh, r.Key, now, r.N, o)
+		r.Decision, charged[i] = core.Decision{Verdict: v, Index: idx, Limits: limits}, c
 	}
 	if all && core.Undo(reqs) {
 		for i := len(reqs) - 1; i >= 0; i-- {
 			if charged[i] {
 				r := &reqs[i]
 				v, idx, _ := pols[i].decideLocked(&s.shards[shards[i]], r.Key, now, r.N, opRefund)
-				r.Decision = core.Decision{Verdict: v, Index: idx}
+				r.Decision = core.Decision{Verdict: v, Index: idx, Limits: r.Decision.Limits}
 				core.Undone(&r.Decision)
 			}
 		}
@@ -322,14 +367,12 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 
 // Charge implements core.Charger.
 func (p *memPolicy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
-	v, i, err := p.decide(ctx, key, n, opCharge)
-	return core.Decision{Verdict: v, Index: i}, err
+	return p.take(ctx, key, n, opCharge)
 }
 
 // Refund implements core.Refunder.
 func (p *memPolicy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
-	v, i, err := p.decide(ctx, key, n, opRefund)
-	return core.Decision{Verdict: v, Index: i}, err
+	return p.take(ctx, key, n, opRefund)
 }
 
 // Reset implements Policy: it forgets key.
@@ -358,11 +401,21 @@ func (s *MemoryStore) now() int64 {
 	return s.clock.Now().UnixMicro()
 }
 
+// retryOverridden is takeOne's Verdict.Retry for a key with an override,
+// which it does not decide: no verdict has a negative Retry but
+// core.NeverMicros.
+const retryOverridden = -2
+
 // takeOne decides a key with one limit: the common case, without the
-// arrays that several limits need.
+// arrays that several limits need. It decides nothing, and returns a
+// Retry of retryOverridden, when the key has an override.
 func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core.Verdict {
 	sh := s.shard(key)
 	sh.mu.Lock()
+	if sh.ovr != nil && sh.override(key, now) != nil {
+		sh.mu.Unlock()
+		return core.Verdict{Retry: retryOverridden}
+	}
 	e := sh.get(key, s.bytesShard)
 	var st *core.State
 	var zero core.State
@@ -444,6 +497,9 @@ func (s *MemoryStore) Sweep() int {
 				sh.remove(e)
 				removed++
 			}
+		}
+		for key := range sh.ovr {
+			sh.override(key, now) // drops it if it expired
 		}
 		sh.mu.Unlock()
 	}

@@ -34,6 +34,10 @@ type memShard struct {
 	last    *memEntry
 	lastKey string
 
+	// ovr holds the overrides of the shard's keys; nil when it has none,
+	// which is all a decision checks.
+	ovr map[string]*memOverride
+
 	probation, protected memList // sentinels: next is the most recent
 	bytes                int64   // accounted bytes of every entry
 	protectedBytes       int64

@@ -42,6 +42,10 @@ type Result struct {
 	Index int
 	// Name is that limit's Name, "" when it has none.
 	Name string
+	// Overridden reports that the key has an override (see
+	// Limiter.SetOverride): Index and Name then refer to the override's
+	// limits, not to the Limiter's.
+	Overridden bool
 	// Source says who decided: the store itself (the zero value), or,
 	// when a fallback store (package fallback) could not reach its
 	// primary store, the local limiter or the fail-open or fail-closed
@@ -77,11 +81,23 @@ func (s Source) String() string { return core.Source(s).String() }
 
 // result turns a decision against specs into a Result.
 func result(specs []core.Spec, d *core.Decision) (r Result) {
-	sp := &specs[d.Index]
-	r.Allowed, r.Quota, r.Remaining, r.Index, r.Name, r.Source = d.Allowed, sp.Quota, d.Remaining, d.Index, sp.Name, Source(d.Source)
-	r.ResetAfter = time.Duration(max(d.Reset, 0)) * time.Microsecond // below 2^53 µs: no overflow
-	if !d.Allowed {
-		r.RetryAfter = core.Duration(d.Retry)
+	if d.Limits != nil {
+		r = verdictResult(&d.Limits[d.Index], &d.Verdict, d.Index)
+		r.Overridden = true
+	} else {
+		r = verdictResult(&specs[d.Index], &d.Verdict, d.Index)
+	}
+	r.Source = Source(d.Source)
+	return r
+}
+
+// verdictResult turns the verdict of the limit sp, at index i, into a
+// Result: the memory store's hot path, without a Decision.
+func verdictResult(sp *core.Spec, v *core.Verdict, i int) (r Result) {
+	r.Allowed, r.Quota, r.Remaining, r.Index, r.Name = v.Allowed, sp.Quota, v.Remaining, i, sp.Name
+	r.ResetAfter = time.Duration(max(v.Reset, 0)) * time.Microsecond // below 2^53 µs: no overflow
+	if !v.Allowed {
+		r.RetryAfter = core.Duration(v.Retry)
 	}
 	return r
 }

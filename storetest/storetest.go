@@ -58,6 +58,18 @@ func Run(t *testing.T, newStore NewStore) {
 		}
 		t.Run("concurrency", func(t *testing.T) { runGroupConcurrency(t, newStore) })
 	})
+	t.Run("overrides", func(t *testing.T) {
+		if !supportsOverrides(t, newStore) {
+			t.Skip("the store's policies do not implement core.Overrider")
+		}
+		for _, sc := range OverrideScenarios() {
+			t.Run(sc.Name, func(t *testing.T) {
+				t.Parallel()
+				RunScenario(t, newStore, sc)
+			})
+		}
+		t.Run("api", func(t *testing.T) { runOverrideAPI(t, newStore) })
+	})
 	t.Run("vectors", func(t *testing.T) { runVectors(t, newStore) })
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
@@ -68,11 +80,12 @@ type Op uint8
 
 // The operations of a Step.
 const (
-	Take   Op = iota // Limiter.AllowN with the step's cost
-	Reset            // Limiter.Reset
-	Wait             // Limiter.WaitN with the step's cost; Want.RetryAfter is how long it waited
-	Charge           // Limiter.Charge with the step's cost: charged whatever the limits say
-	Refund           // Limiter.Refund with the step's cost: given back
+	Take     Op = iota // Limiter.AllowN with the step's cost
+	Reset              // Limiter.Reset
+	Wait               // Limiter.WaitN with the step's cost; Want.RetryAfter is how long it waited
+	Charge             // Limiter.Charge with the step's cost: charged whatever the limits say
+	Refund             // Limiter.Refund with the step's cost: given back
+	Override           // Limiter.SetOverride with the step's Limits and Strategy, or DeleteOverride when Limits is nil
 )
 
 // Step is one call in a Scenario, at a time relative to Base.
@@ -85,6 +98,13 @@ type Step struct {
 	// Repeat runs the step this many times (at least once), each expecting
 	// Want except that Remaining counts down by N each time.
 	Repeat int
+	// Limits, Strategy and TTL are an Override step's: the key's new
+	// limits (nil deletes its override), how its usage carries over, and
+	// how long the override lasts (0 for ever). A result whose Want is
+	// Overridden names the override's limits.
+	Limits   []floodgate.Limit
+	Strategy floodgate.Strategy
+	TTL      time.Duration
 }
 
 // Scenario is a sequence of steps on a fresh store, with the same limits
@@ -107,6 +127,7 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 		t.Fatalf("NewLimiter: %v", err)
 	}
 	ctx := context.Background()
+	overrides := map[string][]floodgate.Limit{}
 	for i, s := range sc.Steps {
 		key := s.Key
 		if key == "" {
@@ -125,6 +146,13 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 				got, err = lim.Refund(ctx, key, s.N)
 			case Reset:
 				err = lim.Reset(ctx, key)
+			case Override:
+				if s.Limits == nil {
+					err = lim.DeleteOverride(ctx, key, s.Strategy)
+				} else {
+					err = lim.SetOverride(ctx, key, floodgate.Override{Limits: s.Limits, TTL: s.TTL}, s.Strategy)
+				}
+				overrides[key] = s.Limits
 			case Wait:
 				err = lim.WaitN(ctx, key, s.N)
 				got = floodgate.Result{Allowed: err == nil, RetryAfter: clock.Now().Sub(Base.Add(s.At))}
@@ -135,7 +163,11 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 			// Source says who decided (a cache, a fallback), not what.
 			got.Source = 0
 			if s.Op == Take || s.Op == Charge || s.Op == Refund {
-				want.Name = sc.Limits[want.Index].Name()
+				if want.Overridden {
+					want.Name = overrides[key][want.Index].Name()
+				} else {
+					want.Name = sc.Limits[want.Index].Name()
+				}
 			}
 			if got != want {
 				t.Fatalf("step %d (at %s, n=%d, repeat %d):\n got %s\nwant %s", i, s.At, s.N, r, fmtResult(got), fmtResult(want))
@@ -150,8 +182,8 @@ func fmtResult(r floodgate.Result) string {
 	if r.RetryAfter == floodgate.Never {
 		retry = "Never"
 	}
-	return fmt.Sprintf("{Allowed:%v Quota:%d Remaining:%d RetryAfter:%s ResetAfter:%s Index:%d Name:%q}",
-		r.Allowed, r.Quota, r.Remaining, retry, r.ResetAfter, r.Index, r.Name)
+	return fmt.Sprintf("{Allowed:%v Quota:%d Remaining:%d RetryAfter:%s ResetAfter:%s Index:%d Name:%q Overridden:%v}",
+		r.Allowed, r.Quota, r.Remaining, retry, r.ResetAfter, r.Index, r.Name, r.Overridden)
 }
 
 // ok and no build expected results for limit index 0.

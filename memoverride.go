@@ -1,0 +1,240 @@
+package floodgate
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/floodgate/floodgate/core"
+)
+
+// This file is the memory store's per-key overrides. An override lives in
+// its key's shard, under the shard's lock, so that a decision and a change
+// of limits are one after the other, never interleaved.
+
+// memOverride is one key's override: its limits, prepared, and when it
+// expires (µs on the store's clock; 0 never).
+type memOverride struct {
+	pol     *memPolicy
+	expires int64
+}
+
+// override returns key's override in sh, which is locked, or nil; an
+// expired one is removed.
+func (sh *memShard) override(key string, now int64) *memOverride {
+	ov := sh.ovr[key]
+	if ov != nil && ov.expires != 0 && ov.expires <= now {
+		sh.dropOverride(key)
+		return nil
+	}
+	return ov
+}
+
+func (sh *memShard) dropOverride(key string) {
+	delete(sh.ovr, key)
+	if len(sh.ovr) == 0 {
+		sh.ovr = nil
+	}
+}
+
+var _ core.Overrider = (*memPolicy)(nil)
+
+// SetOverride implements core.Overrider.
+func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
+	if err := core.CheckOverride(key, o, st); err != nil {
+		return err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var ov *memOverride
+	if o != nil {
+		ov = &memOverride{pol: &memPolicy{s: s, specs: slices.Clone(o.Limits)}}
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	from := p.specs
+	if old := sh.override(key, now); old != nil {
+		from = old.pol.specs
+	}
+	to := p.specs
+	if ov != nil {
+		to = ov.pol.specs
+		if o.TTL > 0 {
+			ov.expires = now + o.TTL.Microseconds()
+		}
+		if sh.ovr == nil {
+			sh.ovr = make(map[string]*memOverride)
+		}
+		sh.ovr[key] = ov
+	} else {
+		sh.dropOverride(key)
+	}
+	s.carryLocked(sh, key, from, to, st, now)
+	return nil
+}
+
+// carryLocked moves key's usage in sh, which is locked, from the limits
+// from to the limits to, as st says (see core.Carry).
+func (s *MemoryStore) carryLocked(sh *memShard, key string, from, to []core.Spec, st core.Strategy, now int64) {
+	e := sh.get(key, s.bytesShard)
+	if st == core.ResetUsage {
+		if e != nil {
+			sh.remove(e)
+		}
+		return
+	}
+	// state returns key's state for limit l at index i, or a full one.
+	var zero core.State
+	state := func(l *core.Spec, i int) *core.State {
+		if e != nil && i < len(e.states) && e.states[i].Kind == l.Kind {
+			return &e.states[i]
+		}
+		zero = core.State{}
+		return &zero
+	}
+	var want [MaxLimits]int64
+	// stateTo is state for the new limits: a window of another shape
+	// reads as full, as the loop below starts it afresh.
+	stateTo := func(l *core.Spec, i int) *core.State {
+		if i < len(from) && !sameShape(&from[i], l) {
+			zero = core.State{}
+			return &zero
+		}
+		return state(l, i)
+	}
+	carried := false
+	for i := range to {
+		want[i] = -1 // a new limit starts full
+		if i < len(from) {
+			vf, _ := from[i].Step(state(&from[i], i), now, 0)
+			want[i] = core.Carry(st, from[i].Quota, vf.Remaining, to[i].Quota)
+			vt, _ := to[i].Step(stateTo(&to[i], i), now, 0)
+			carried = carried || vt.Remaining != want[i]
+		}
+	}
+	if e == nil && !carried {
+		return
+	}
+	isNew := e == nil
+	if isNew {
+		e = newEntry(len(to))
+	} else if len(e.states) != len(to) {
+		e.resize(len(to))
+	}
+	var full int64
+	for i := range to {
+		l, st := &to[i], &e.states[i]
+		if st.Kind != l.Kind || (i < len(from) && !sameShape(&from[i], l)) {
+			clear(st.Log)
+			*st = core.State{Log: st.Log[:0]}
+		}
+		v, d := l.Step(st, now, 0)
+		if w := want[i]; w >= 0 && v.Remaining != w {
+			if v.Remaining < w {
+				_, d = l.Refund(st, now, w-v.Remaining)
+				l.Commit(st, d, now, v.Remaining-w, true)
+				v, d = l.Step(st, now, 0)
+			}
+			if v.Remaining != w {
+				// Charge what is above the target, from a fresh state if a
+				// refund fell short.
+				if v.Remaining < w {
+					clear(st.Log)
+					*st = core.State{Log: st.Log[:0]}
+					v.Remaining = l.Quota
+				}
+				if n := v.Remaining - w; n > 0 {
+					_, d = l.Charge(st, now, n)
+					l.Commit(st, d, now, n, true)
+				}
+				v, d = l.Step(st, now, 0)
+			}
+		}
+		full = max(full, l.Hold(v, d, now))
+	}
+	e.full = now + full
+	s.account(sh, key, e, isNew, !isNew, now)
+}
+
+// GetOverride implements core.Overrider.
+func (p *memPolicy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.Override{}, false, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.Override{}, false, ErrClosed
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := s.now()
+	ov := sh.override(key, now)
+	if ov == nil {
+		return core.Override{}, false, nil
+	}
+	return ov.export(now), true, nil
+}
+
+// export returns the override as core.Override, with the time it has left
+// at now, rounded up to the millisecond.
+func (ov *memOverride) export(now int64) core.Override {
+	o := core.Override{Limits: slices.Clone(ov.pol.specs)}
+	if ov.expires != 0 {
+		o.TTL = time.Duration(core.RoundUp(time.Duration(ov.expires-now)*time.Microsecond, time.Millisecond)) * time.Millisecond
+	}
+	return o
+}
+
+// ListOverrides implements core.Overrider.
+func (p *memPolicy) ListOverrides(ctx context.Context, fn func(key string, o core.Override) bool) error {
+	s := p.s
+	for i := range s.shards {
+		if s.closed.Load() {
+			return ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		type kv struct {
+			key string
+			o   core.Override
+		}
+		var found []kv
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := s.now()
+		for key := range sh.ovr {
+			if ov := sh.override(key, now); ov != nil {
+				found = append(found, kv{key, ov.export(now)})
+			}
+		}
+		sh.mu.Unlock()
+		for _, f := range found {
+			if !fn(f.key, f.o) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// sameShape reports whether a window limit's state carries over from
+// from to to as it stands: the same kind of window over the same period,
+// both calendar or both epoch-aligned. A window of another shape starts
+// afresh and is charged what the strategy keeps, since its counts were
+// kept in windows that to does not have. Buckets always carry over (a
+// refund that falls short starts them afresh; see core.Carry).
+func sameShape(from, to *core.Spec) bool {
+	if to.Kind == core.Bucket {
+		return true
+	}
+	return from.Kind == to.Kind && from.Period == to.Period && from.Calendar == to.Calendar && from.Location == to.Location
+}
