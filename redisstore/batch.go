@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"github.com/floodgate/floodgate/core"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,10 @@ type call struct {
 	all      bool
 	advisory bool
 
-	out   []int64 // 4 per limit
-	err   error
-	ready chan struct{} // closed when out or err is set
+	out    []int64     // 4 per limit
+	limits []core.Spec // the key's override, when the reply carried one
+	err    error
+	ready  chan struct{} // closed when out or err is set
 }
 
 // op is what a call does with its cost, as decide.lua's modes.

@@ -15,13 +15,37 @@
 --          added to the expiry, quota, rate, period (µs), then tau and n*T
 --          as quotient and remainder (tauQ, tauR, iq, ir), which the
 --          client computes exactly.
--- Returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs).
+-- Returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs),
+-- and for a key with an override "=" and the override's value.
 
 local key = KEYS[1]
 local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', ARGV[1])
 if now < 0 then
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- The key's override, if it has one: a lone bucket is decided here, with
+-- its parameters; other limits are decide.lua's, and the reply is then
+-- the override alone, "=" and its value, which tells the client to send
+-- the request there.
+local marker
+local okey = sub(key, 1, -3) .. 'o'
+local oraw = rpcall('GET', okey)
+if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
+local ov
+if oraw then
+  ov = parseOverride(oraw, key)
+  if not ov then return corrupt(okey) end
+  if ov.expires and ov.expires <= now then ov = nil end
+end
+if ov then
+  marker = '=' .. oraw
+  local sp = ov.specs[1]
+  if #ov.specs ~= 1 or sp.kind ~= 1 then return {marker} end
+  L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
+  iq, ir = sp.tq, sp.tr
+  if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
 end
 
 local tat, f, sr, last, skew = 0, 0, 0, 0, 0
@@ -43,4 +67,5 @@ elseif raw and sk > skew then
   -- The clock stepped back: remember it, as core's Commit does.
   call('SET', key, fmtBucket(tat, f, sr, last, sk), 'KEEPTTL')
 end
+if marker then return {allowed and 1 or 0, remaining, retry, reset, marker} end
 return {allowed and 1 or 0, remaining, retry, reset}

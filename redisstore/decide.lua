@@ -27,8 +27,12 @@
 -- n back, as Spec.Refund), now in microseconds (or -1 for the server's
 -- TIME), and the nk indexes (from 1) of its limits' specs. A group is
 -- "g<count>" (or "G<count>" for all or nothing) and its count requests:
--- core's Grouper.TakeGroup (see decideGroup).
--- Returns, for each request in order, 4 integers per limit: allowed (0/1,
+-- core's Grouper.TakeGroup (see decideGroup). An item "o" sets or
+-- deletes a key's override (see carry). A request on a key with an
+-- override (see parseOverride) is decided against the override's limits.
+-- Returns, for each request in order, for a key with an override the
+-- string "=" and the override's value, then 4 integers per limit (the
+-- override's limits, if any): allowed (0/1,
 -- or 2 for a request that an all-or-nothing group undid), remaining, retry
 -- (µs, -1 never), reset (µs); or, for a request (or a group) whose state is
 -- not floodgate's, one string: the error. Other items of the batch are
@@ -52,6 +56,30 @@ local states, ttls, dirty = {}, {}, {}
 
 -- The string keys that hold buckets, which are written by fmtBucket.
 local buckets = {}
+
+-- The overrides this batch has read or written, by override key: the
+-- parsed override (see parseOverride), or false for none.
+local overrides = {}
+
+-- lookupOverride returns the override of the key whose first state key
+-- is firstKey at now, false for none (or an expired one), or nil and an
+-- error reply.
+local function lookupOverride(firstKey, now)
+  local okey = stateBase(firstKey) .. 'o'
+  local ov = overrides[okey]
+  if ov == nil then
+    local raw = rpcall('GET', okey)
+    if type(raw) == 'table' and raw.err then return nil, wrongType(okey) end
+    ov = false
+    if raw then
+      ov = parseOverride(raw, firstKey)
+      if not ov then return nil, corrupt(okey) end
+    end
+    overrides[okey] = ov
+  end
+  if ov and ov.expires and ov.expires <= now then return false end
+  return ov
+end
 
 -- readState reads a string key holding five integers, which parse reads
 -- from its value: a, b, c, and the latest charge and the skew (see
@@ -182,7 +210,11 @@ local function stepFixed(sp, key, now, n, i, mode)
   end
   local L = sp.quota
   local start, stop
-  if found and not fresh and s >= t then
+  if sp.c1 == 0 and found and not fresh then
+    -- core's l.Window(max(t, s)): the stored end is only needed for a
+    -- calendar window, and may be another limit's (an override's).
+    start, stop = window(sp, max(t, s))
+  elseif found and not fresh and s >= t then
     start, stop = s, se
   else
     start, stop = window(sp, t)
@@ -403,24 +435,40 @@ local function fail(out, base, err)
 end
 
 -- decide decides one request of cost n at now against the nk limits whose
--- keys follow KEYS[k0] and whose specs are specs[ARGV[a0 + i]], appends
--- its results to out, and charges it if every limit allows it. It returns
--- nil, or an error reply (and appends nothing).
+-- keys follow KEYS[k0] and whose specs are specs[ARGV[a0 + i]], or, when
+-- the key has an override, against the override's limits; appends its
+-- results to out (after "=" and the override's value, for an override),
+-- and charges it if every limit allows it. It returns nil, the number of
+-- limits decided and the index in out before their results; or an error
+-- reply (and appends nothing).
 local function decide(specs, k0, nk, n, now, a0, out, extra, mode)
-  local base = #out
+  local b0 = #out
+  local ov, oerr = lookupOverride(KEYS[k0 + 1], now)
+  if ov == nil then return oerr end
+  local base = b0
+  if ov then
+    nk = #ov.specs
+    out[b0 + 1] = '=' .. ov.raw
+    base = b0 + 1
+  end
   local allowedAll = true
   for i = 1, nk do
-    local sp = specs[tonumber(ARGV[a0 + i])]
+    local sp, key
+    if ov then
+      sp, key = ov.specs[i], ov.keys[i]
+    else
+      sp, key = specs[tonumber(ARGV[a0 + i])], KEYS[k0 + i]
+    end
     local step = steps[sp.kind]
     if not step then
-      return fail(out, base, redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(sp.kind)))
+      return fail(out, b0, redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(sp.kind)))
     end
     wkind[i] = false
     local ni = n
     if mode ~= TAKE then ni = min(n, sp.quota) end -- at most the quota, as core's Charge and Refund
     wn[i] = ni
-    local allowed, remaining, retry, reset = step(sp, KEYS[k0 + i], now, ni, i, mode)
-    if allowed == nil then return fail(out, base, remaining) end
+    local allowed, remaining, retry, reset = step(sp, key, now, ni, i, mode)
+    if allowed == nil then return fail(out, b0, remaining) end
     if n == 0 then allowed, retry = true, 0 end
     if not allowed then allowedAll = false end
     out[base + 4 * i - 3] = allowed and 1 or 0
@@ -436,7 +484,7 @@ local function decide(specs, k0, nk, n, now, a0, out, extra, mode)
       if wgrew[i] then keepSkews(nk); break end
     end
   end
-  return nil
+  return nil, nk, base
 end
 
 -- readSpec reads the 11 values of a spec from ARGV[a+1..a+11].
@@ -457,6 +505,16 @@ for j = 1, nspecs do specs[j] = readSpec(2 + (j - 1) * SPEC_LEN) end
 
 local servernow -- the server's TIME in µs, read once per batch
 
+-- serverNow returns now, or for -1 the server's TIME.
+local function serverNow(now)
+  if now >= 0 then return now end
+  if not servernow then
+    local t = call('TIME')
+    servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return servernow
+end
+
 -- readRequest reads the request whose arguments follow ARGV[a]: its
 -- number of limits, cost, time (the server's for -1) and mode, and
 -- whether it is advisory.
@@ -470,14 +528,7 @@ local function readRequest(a)
   elseif n < 0 then
     mode, n = CHARGE, -n
   end
-  if now < 0 then
-    if not servernow then
-      local t = call('TIME')
-      servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    now = servernow
-  end
-  return nk, n, now, mode, advisory
+  return nk, n, serverNow(now), mode, advisory
 end
 
 -- decideGroup is core's Grouper.TakeGroup: it decides the count requests
@@ -494,15 +545,15 @@ local function decideGroup(k0, a, count, all, out)
   for _ = 1, count do
     local nk, n, now, mode, advisory = readRequest(a)
     if not err then
-      local ob = #out
-      err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
+      local count, ob
+      err, count, ob = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
       if not err then
         local allowed = true
-        for i = 1, nk do
+        for i = 1, count do
           if out[ob + 4 * i - 3] == 0 then allowed = false end
         end
         if not allowed and not advisory then undo = true end
-        done[#done + 1] = {k0 = k0, nk = nk, n = n, now = now, a0 = a + 3, charged = allowed and n > 0 and mode ~= REFUND, ob = ob}
+        done[#done + 1] = {k0 = k0, nk = nk, n = n, now = now, a0 = a + 3, charged = allowed and n > 0 and mode ~= REFUND, ob = ob, count = count}
       end
     end
     k0, a = k0 + nk, a + 3 + nk
@@ -513,10 +564,10 @@ local function decideGroup(k0, a, count, all, out)
       local m = done[j]
       if m.charged then
         local back = {}
-        decide(specs, m.k0, m.nk, m.n, m.now, m.a0, back, extra, REFUND)
-        for i = 1, m.nk do
+        local _, _, bb = decide(specs, m.k0, m.nk, m.n, m.now, m.a0, back, extra, REFUND)
+        for i = 1, m.count do
           out[m.ob + 4 * i - 3] = 2
-          for x = 2, 4 do out[m.ob + 4 * i - 4 + x] = back[4 * i - 4 + x] end
+          for x = 2, 4 do out[m.ob + 4 * i - 4 + x] = back[bb + 4 * i - 4 + x] end
         end
       end
     end
@@ -525,12 +576,130 @@ local function decideGroup(k0, a, count, all, out)
   return k0, a, err
 end
 
+-- makeCarry returns carry (below). It is built only for a batch that
+-- sets or deletes an override, so that decisions do not pay for
+-- building its functions at every call.
+local function makeCarry()
+  -- stepOne decides one request of cost n on the limit sp at key and
+  -- charges it if it passes (or, for a charge or a refund, always), as
+  -- decide does. It returns the limit's remaining, or nil and an error
+  -- reply.
+  local function stepOne(sp, key, now, n, mode)
+    wkind[1], wgrew[1], wn[1] = false, false, n
+    local allowed, remaining, retry, reset = steps[sp.kind](sp, key, now, n, 1, mode)
+    if allowed == nil then return nil, remaining end
+    if n > 0 and allowed then
+      wmode = mode
+      commit(1, {1, remaining, retry, reset}, 0, extra)
+    end
+    return remaining
+  end
+
+  -- forget deletes the state of the limit sp at key.
+  local function forget(sp, key)
+    if sp.kind == LOG then call('DEL', key); return end
+    if ttls[key] == nil then dirty[#dirty + 1] = key end
+    states[key], ttls[key] = false, 0
+  end
+
+  local ADDITIVE, AS_IS, PROPORTIONAL, RESET_USAGE = 0, 1, 2, 3
+
+  -- carryWant is core.Carry: how many units a limit of toQuota keeps of an
+  -- old limit's fromRemaining of fromQuota under the strategy st.
+  local function carryWant(st, fromQuota, fromRemaining, toQuota)
+    local want
+    if st == PROPORTIONAL then
+      want = mulDiv(fromRemaining, toQuota, fromQuota)
+    elseif st == ADDITIVE and toQuota >= fromQuota then
+      want = fromRemaining + toQuota - fromQuota
+    else
+      want = fromRemaining
+    end
+    return min(max(want, 0), toQuota)
+  end
+
+  -- carry is core's Overrider.SetOverride: the item "o", strategy, the
+  -- override's value ("" deletes it), its TTL in ms (0 none; the value
+  -- then records when it expires, on the decisions' time line), now, and
+  -- the Policy's nb limits (its keys follow KEYS[k0]). It sets or deletes the
+  -- override and moves the key's usage from its old limits to its new ones
+  -- as the strategy says, in the steps core.Carry describes: it peeks each
+  -- old limit and the new one, charges what is above the target, or
+  -- refunds what is below it and, if that falls short, starts the limit
+  -- afresh and charges what the target leaves out; then it deletes the
+  -- states the new limits do not use, as the memory store does. It returns
+  -- nil or an error reply.
+  local function carry(k0, a, nb)
+    local st, raw, ttl = tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4])
+    local now = serverNow(tonumber(ARGV[a + 5]))
+    local base = {specs = {}, keys = {}}
+    for i = 1, nb do base.specs[i], base.keys[i] = specs[tonumber(ARGV[a + 6 + i])], KEYS[k0 + i] end
+    local from, err = lookupOverride(base.keys[1], now)
+    if from == nil then return err end
+    if not from then from = base end
+    local to = base
+    local okey = stateBase(base.keys[1]) .. 'o'
+    if raw ~= '' then
+      if ttl > 0 then raw = 'fg1@' .. fmt(now + ttl * 1000) .. sub(raw, 4) end
+      to = parseOverride(raw, base.keys[1])
+      if not to then return redis.error_reply('FLOODGATE invalid override ' .. raw) end
+      -- Redis's own expiry only cleans up: the time line decides.
+      if ttl > 0 then call('SET', okey, raw, 'PX', ttl + extra) else call('SET', okey, raw) end
+    else
+      call('DEL', okey)
+    end
+    local keep = {}
+    if st ~= RESET_USAGE then
+      for i = 1, #to.specs do
+        keep[to.keys[i]] = true
+        if from.specs[i] then
+          local rf, e = stepOne(from.specs[i], from.keys[i], now, 0, TAKE)
+          if rf == nil then return e end
+          local want = carryWant(st, from.specs[i].quota, rf, to.specs[i].quota)
+          local sp, key = to.specs[i], to.keys[i]
+          local f = from.specs[i]
+          if key ~= from.keys[i] then
+            forget(f, from.keys[i])
+          elseif sp.kind ~= BUCKET and (f.period ~= sp.period or (f.c1 == 0) ~= (sp.c1 == 0)) then
+            forget(sp, key) -- windows of another shape start afresh, as core's sameShape
+          end
+          local rt, e2 = stepOne(sp, key, now, 0, TAKE)
+          if rt == nil then return e2 end
+          if rt < want then
+            stepOne(sp, key, now, want - rt, REFUND)
+            rt = stepOne(sp, key, now, 0, TAKE)
+            if rt < want then
+              -- The refund fell short: start afresh.
+              forget(sp, key)
+              rt = sp.quota
+            end
+          end
+          if rt > want then stepOne(sp, key, now, rt - want, CHARGE) end
+        end
+      end
+    end
+    for i = 1, #from.specs do
+      if not keep[from.keys[i]] then forget(from.specs[i], from.keys[i]) end
+    end
+    for i = 1, #to.specs do
+      if not keep[to.keys[i]] then forget(to.specs[i], to.keys[i]) end
+    end
+    if raw ~= '' then overrides[okey] = to else overrides[okey] = false end
+    return nil
+  end
+  return carry
+end
+
 local out = {}
 local k0, a = 0, 3 + SPEC_LEN * nspecs
 for _ = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
   local head, err = sub(ARGV[a + 1], 1, 1), nil
   if head == 'g' or head == 'G' then
     k0, a, err = decideGroup(k0, a + 1, tonumber(sub(ARGV[a + 1], 2)), head == 'G', out)
+  elseif head == 'o' then
+    local nb = tonumber(ARGV[a + 6])
+    err = makeCarry()(k0, a, nb)
+    k0, a = k0 + nb, a + 6 + nb
   else
     local nk, n, now, mode = readRequest(a)
     err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
@@ -540,8 +709,12 @@ for _ = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
 end
 for _, key in ipairs(dirty) do
   local v = states[key]
-  local value
-  if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5]) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
-  if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
+  if not v then
+    call('DEL', key) -- forgotten (see forget)
+  else
+    local value
+    if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5]) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
+    if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
+  end
 end
 return out

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/core"
@@ -33,13 +34,31 @@ import (
 //
 // Times are measured on the local monotonic clock from when the denied
 // request was sent, which is no later than when Redis decided it, so the
-// cache lets go no later than Redis would. What it cannot see is a Reset
-// of the key by another process: a key reset elsewhere stays denied here
-// until the retry-after passes (a Reset through this Store clears it).
+// cache lets go no later than Redis would. What time does not explain, a
+// refund, an override or a reset of the key by any process, is published
+// by the script that makes it and drops the key's denial here (see
+// lifts.go); the cache answers only while it hears those messages.
 type denials struct {
 	seed   maphash.Seed
 	shards [denialShards]denialShard
 	now    func() time.Time // monotonic
+	// live is set while the Store is subscribed to the lifts.
+	live atomic.Bool
+}
+
+// up starts answering from the cache: the subscription to the lifts is
+// confirmed.
+func (d *denials) up() { d.live.Store(true) }
+
+// down stops answering and empties the cache: lifts may have been missed.
+func (d *denials) down() {
+	d.live.Store(false)
+	for i := range d.shards {
+		sh := &d.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
 }
 
 const (
@@ -68,10 +87,11 @@ func newDenials(now func() time.Time) *denials {
 	return d
 }
 
-// cacheable reports whether a denial on p's limits may be cached.
-func cacheable(p *policy) bool {
-	for i := range p.specs {
-		if p.specs[i].Kind == core.Sliding {
+// cacheable reports whether a denial on limits (a Policy's, or an
+// override's) may be cached.
+func cacheable(limits []core.Spec) bool {
+	for i := range limits {
+		if limits[i].Kind == core.Sliding {
 			return false
 		}
 	}
@@ -85,7 +105,7 @@ func (d *denials) shard(key string) *denialShard {
 // get returns the cached denial that answers a request of cost n on key
 // under p, if there is one.
 func (d *denials) get(key string, p *policy, n int64) (core.Decision, bool) {
-	if n == 0 {
+	if n == 0 || !d.live.Load() {
 		return core.Decision{}, false
 	}
 	sh := d.shard(key)
@@ -117,7 +137,7 @@ func (d *denials) get(key string, p *policy, n int64) (core.Decision, bool) {
 
 // put records a denial by Redis of a request of cost n sent at sent.
 func (d *denials) put(key string, p *policy, n int64, sent time.Time, dec core.Decision) {
-	if dec.Allowed || n == 0 || dec.Retry <= 0 || !cacheable(p) {
+	if dec.Allowed || n == 0 || dec.Retry <= 0 || !d.live.Load() || !cacheable(p.specs) || !cacheable(dec.Limits) {
 		return
 	}
 	sh := d.shard(key)
@@ -146,7 +166,7 @@ func (d *denials) put(key string, p *policy, n int64, sent time.Time, dec core.D
 	sh.m[key] = &denial{p: p, n: n, sent: sent, until: sent.Add(core.Duration(dec.Retry)), d: dec}
 }
 
-// forget drops key's denial, after a Reset.
+// forget drops key's denial: it was reset, refunded or overridden.
 func (d *denials) forget(key string) {
 	sh := d.shard(key)
 	sh.mu.Lock()

@@ -85,13 +85,20 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.arg(c.now, c.n))
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var slow []*call
 	for i, c := range calls {
 		if functionMissing(cmds[i].Err()) {
 			s.fnReady.Store(false)
 			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
-			continue
+		} else {
+			c.out, c.err = s.bucketResult(c, cmds[i])
 		}
-		c.out, c.err = s.bucketResult(c, cmds[i])
+		if c.err == errNotFast {
+			slow = append(slow, c)
+		}
+	}
+	if slow != nil {
+		s.sendDecide(ctx, slow)
 	}
 }
 
@@ -102,6 +109,9 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 		s.batch.decisions.Add(1)
 	}
 	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
+	if c.err == errNotFast {
+		s.sendDecide(ctx, []*call{c})
+	}
 }
 
 // fastArgs is the fast path's argument (see bucket.lua): ten big-endian
@@ -142,17 +152,46 @@ func putDouble(b []byte, v int64) {
 	binary.BigEndian.PutUint64(b, math.Float64bits(float64(v)))
 }
 
-// bucketResult reads the fast path's reply to c.
+// bucketResult reads the fast path's reply to c: 4 integers, and the
+// key's override after them if it has one. It returns errNotFast when the
+// key's override is not a lone bucket, which decide.lua must decide.
 func (s *Store) bucketResult(c *call, cmd *redis.Cmd) ([]int64, error) {
-	out, err := cmd.Int64Slice()
-	switch {
-	case err != nil:
+	res, err := cmd.Slice()
+	if err != nil {
 		return nil, s.wrap(c.ctx, err)
-	case len(out) != 4:
-		return nil, fmt.Errorf("%w: script returned %d values for one limit", floodgate.ErrStore, len(out))
+	}
+	c.limits = nil
+	if k := len(res); k == 1 || k == 5 {
+		raw, _ := res[k-1].(string)
+		raw, ok := strings.CutPrefix(raw, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: script returned %v", floodgate.ErrStore, res)
+		}
+		if k == 1 {
+			return nil, errNotFast
+		}
+		if c.limits, err = s.decoded.decode(raw); err != nil {
+			return nil, err
+		}
+		res = res[:4]
+	}
+	if len(res) != 4 {
+		return nil, fmt.Errorf("%w: script returned %d values for one limit", floodgate.ErrStore, len(res))
+	}
+	out := make([]int64, 4)
+	for i, v := range res {
+		x, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: script returned %T, not an integer", floodgate.ErrStore, v)
+		}
+		out[i] = x
 	}
 	return out, nil
 }
+
+// errNotFast is bucketResult's answer for a key whose override the fast
+// path does not decide.
+var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 
 // runBucket runs the fast path: with FCALL while Redis takes it, and with
 // EVALSHA otherwise.

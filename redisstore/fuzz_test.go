@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -45,8 +46,9 @@ func fuzzLimit(a, b, c byte) floodgate.Limit {
 
 // FuzzDifferential compares the Go algorithms (the memory store) with the
 // Lua script (the Redis store) on random sequences of times, costs, keys
-// and one or two limits, with charges, refunds, resets and groups of
-// requests on both keys (AllowGroup): every result must be identical. A short run is
+// and one or two limits, with charges, refunds, resets, groups of
+// requests on both keys (AllowGroup), and overrides set and deleted with
+// each strategy: every result must be identical. A short run is
 // part of scripts/test; run longer with
 //
 //	go test -run - -fuzz FuzzDifferential -fuzztime 5m ./redisstore
@@ -142,6 +144,24 @@ func FuzzDifferential(f *testing.F) {
 				// genLim's keys catch up, as a group of their own.
 				if err := floodgate.AllowGroup(ctx, group(genLim), arg&1 == 1); err != nil {
 					t.Fatalf("decide.lua: %v", err)
+				}
+				continue
+			}
+			if op%16 == 5 && arg&1 == 1 {
+				// Set (or, one time in four, delete) key's override, with
+				// one of the four strategies: the carry-over must match too.
+				st := floodgate.Strategy(arg >> 1 % 4)
+				o := floodgate.Override{Limits: []floodgate.Limit{fuzzLimit(arg>>3%6, op, arg>>2)}}
+				set := func(lim *floodgate.Limiter) error {
+					if arg>>5%4 == 0 {
+						return lim.DeleteOverride(ctx, key, st)
+					}
+					return lim.SetOverride(ctx, key, o, st)
+				}
+				for j, lim := range []*floodgate.Limiter{memLim, redLim, genLim} {
+					if err := set(lim); err != nil && !errors.Is(err, floodgate.ErrInvalidLimit) {
+						t.Fatalf("store %d: override %v: %v", j, o.Limits, err)
+					}
 				}
 				continue
 			}

@@ -17,9 +17,9 @@ local TAKE, CHARGE, REFUND = 0, 1, 2
 -- Globals read once: a global is a table lookup at every use. A library
 -- is loaded where only the redis table exists, so init binds them at the
 -- first call (a script calls it first thing).
-local floor, max, min, format, match, sub, tonumber, sunpack, call, rpcall
+local floor, max, min, format, match, gmatch, sub, tonumber, sunpack, call, rpcall
 local function init()
-  floor, max, min, format, match, sub = math.floor, math.max, math.min, string.format, string.match, string.sub
+  floor, max, min, format, match, gmatch, sub = math.floor, math.max, math.min, string.format, string.match, string.gmatch, string.sub
   tonumber, sunpack, call, rpcall = _G.tonumber, struct.unpack, redis.call, redis.pcall
 end
 
@@ -181,4 +181,43 @@ end
 
 local function wrongType(key)
   return redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
+end
+
+-- Overrides (see override.go): a key's own limits, in the Redis key that
+-- ends in ":o" beside its limits' states, "<prefix>{key}:o". Its value is
+-- "fg1", "@" and when it expires (µs, on the time line of the decisions,
+-- which Redis's own expiry backs) if it does, then
+-- ";kind,quota,rate,period,alg" per limit, then a newline and
+-- what only the client reads (the limits' names). Limit i of an override
+-- keeps its state in "<prefix>{key}:<i-1><kind letter>", as the client
+-- names a Policy's keys.
+-- stateBase returns the first state key of a request (limit 0's, which
+-- ends in "0" and its kind letter) without that suffix: "<prefix>{key}:".
+local function stateBase(firstKey)
+  return sub(firstKey, 1, -3)
+end
+
+-- parseOverride returns the limits of the override raw, as readSpec
+-- builds them, and their keys beside firstKey (see stateBase); nil if raw
+-- is not an override.
+local function parseOverride(raw, firstKey)
+  local head = match(raw, '^fg1([^\n]*)')
+  if not head then return nil end
+  local expires = match(head, '^@(%d+)')
+  if expires then head = sub(head, #expires + 2); expires = tonumber(expires) end
+  local base = stateBase(firstKey)
+  local specs, keys = {}, {}
+  for k, q, r, p in gmatch(head, ';(%d+),(%d+),(%d+),(%d+),%d+') do
+    k, q, r, p = tonumber(k), tonumber(q), tonumber(r), tonumber(p)
+    local sp = {kind = k, quota = q, rate = r, period = p, tauQ = 0, tauR = 0, tq = 0, tr = 0, c0 = 0, c1 = 0, c2 = 0}
+    if k == 1 then
+      sp.tq, sp.tr = mulDiv(1, p, r)
+      sp.tauQ, sp.tauR = mulDiv(q, p, r)
+    end
+    if k < 1 or k > 4 or q < 1 or r < 1 or p < 1 then return nil end
+    specs[#specs + 1] = sp
+    keys[#keys + 1] = base .. (#keys) .. sub('bfsl', k, k) -- suffixOf
+  end
+  if #specs == 0 then return nil end
+  return {raw = raw, specs = specs, keys = keys, expires = expires}
 end

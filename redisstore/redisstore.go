@@ -69,15 +69,19 @@ type Options struct {
 	MaxBatch int
 	// DenialCache answers locally, without a round trip, a request that
 	// Redis denied a moment ago: same key, same limits, same cost, before
-	// the retry-after Redis gave has passed. The answer is
-	// the one Redis would give, since nothing but time can let such a
-	// request pass; it covers the token bucket, leaky bucket, GCRA, fixed
+	// the retry-after Redis gave has passed. The answer is the one Redis
+	// would give: besides time, only a refund, an override or a reset can
+	// let such a request pass, and whichever process makes one publishes
+	// it on the channel floodgate:lifts and waits (up to LiftWait) until
+	// every Store with this option has dropped the key's cached denial,
+	// before the change returns. Such Stores subscribe to the channel, on
+	// a connection of their own, and answer from the cache only while
+	// subscribed. It covers the token bucket, leaky bucket, GCRA, fixed
 	// window and sliding log, not the sliding window counter (whose retry
 	// is estimated). Such results have Source floodgate.SourceCache, the
 	// Remaining of the denial, and RetryAfter less the time since. It
-	// cuts the cost of abusive clients hammering a denied key. A Reset
-	// of the key by another process is not seen until the retry-after
-	// passes. Default: off.
+	// cuts the cost of abusive clients hammering a denied key. Default:
+	// off.
 	DenialCache bool
 	// DisableFunctions runs the fast path (one request on one bucket
 	// limit) as a script with EVALSHA even on Redis 7 and later, where by
@@ -100,6 +104,9 @@ type Store struct {
 	owned    bool
 	batch    *batcher // nil when batching is off
 	denials  *denials // nil when the denial cache is off
+	// With the denial cache, the listener of the lifts (lifts.go): closed
+	// by Close, which waits for liftsDone.
+	liftsStop, liftsDone chan struct{}
 	// noFastPath sends lone bucket decisions through decide.lua too; the
 	// tests set it to check that both scripts decide alike.
 	noFastPath bool
@@ -114,6 +121,8 @@ type Store struct {
 	// calClock places calendar windows when the time is Redis's: the
 	// client works out the window that contains its now.
 	calClock floodgate.Clock
+	// decoded caches the overrides that replies carried.
+	decoded overrideCache
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -154,6 +163,8 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 			now = o.Clock.Now
 		}
 		s.denials = newDenials(now)
+		s.liftsStop, s.liftsDone = make(chan struct{}), make(chan struct{})
+		go s.listenLifts(client.Subscribe(context.Background(), liftsChannel), s.liftsStop, s.liftsDone)
 	}
 	if !o.DisableBatching {
 		if o.MaxInflight <= 0 {
@@ -396,6 +407,10 @@ func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Deci
 		return core.Decision{}, err
 	}
 	d := c.decision()
+	if o == opRefund && n > 0 {
+		// Other processes' denial caches drop the key (lifts.go).
+		s.lift(ctx, strings.TrimSuffix(c.keys[0], p.suffixes[0]))
+	}
 	if s.denials != nil && n > 0 {
 		if d.Allowed || o != opTake {
 			s.denials.forget(key) // the state moved: a cached retry would be stale
@@ -411,7 +426,7 @@ func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Deci
 // all-or-nothing group undid), remaining, retry and reset.
 func (c *call) decision() core.Decision {
 	var buf [core.MaxLimits]core.Verdict
-	vs := buf[:len(c.specs)]
+	vs := buf[:c.count()]
 	undone := false
 	for i := range vs {
 		v := c.out[4*i:]
@@ -419,10 +434,20 @@ func (c *call) decision() core.Decision {
 		undone = v[0] == 2
 	}
 	d := core.Decide(vs)
+	d.Limits = c.limits
 	if undone {
 		core.Undone(&d)
 	}
 	return d
+}
+
+// count returns how many limits decided c: its override's, or its
+// Policy's.
+func (c *call) count() int {
+	if c.limits != nil {
+		return len(c.limits)
+	}
+	return len(c.specs)
 }
 
 var _ core.Grouper = (*Store)(nil)
@@ -558,9 +583,11 @@ func (p *policy) Reset(ctx context.Context, key string) error {
 	if s.denials != nil {
 		s.denials.forget(key)
 	}
-	if err := s.client.Del(ctx, p.keys(key)...).Err(); err != nil {
+	keys := p.keys(key)
+	if err := s.client.Del(ctx, keys...).Err(); err != nil {
 		return s.wrap(ctx, err)
 	}
+	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]))
 	return nil
 }
 
@@ -600,6 +627,10 @@ func (s *Store) Close() error {
 	}
 	if s.batch != nil {
 		s.batch.close()
+	}
+	if s.liftsStop != nil {
+		close(s.liftsStop)
+		<-s.liftsDone
 	}
 	if !s.owned {
 		return nil

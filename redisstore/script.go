@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -67,6 +68,12 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 			return
 		}
 	}
+	s.sendDecide(ctx, calls)
+}
+
+// sendDecide runs calls whose keys share a slot in one call of
+// decide.lua.
+func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	keys, args := s.decideArgs(calls)
 	if s.batch != nil {
 		s.batch.scripts.Add(1)
@@ -178,17 +185,18 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 	i := 0
 	for _, c := range calls {
 		if i < len(res) {
-			if msg, ok := res[i].(string); ok {
+			if msg, ok := res[i].(string); ok && !strings.HasPrefix(msg, "=") {
 				c.err = s.wrap(c.ctx, errors.New(msg))
 				i++
 				continue
 			}
 		}
 		if c.group == nil {
-			i, c.err = readOut(c, res, i)
+			i, c.err = s.readOut(c, res, i)
 			continue
 		}
-		// The members' results in one block.
+		// The members' results in one block (an overridden member's are
+		// apart).
 		n := 0
 		for _, m := range c.group {
 			n += 4 * len(m.specs)
@@ -196,7 +204,7 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 		block := make([]int64, n)
 		for _, m := range c.group {
 			m.out, block = block[:4*len(m.specs):4*len(m.specs)], block[4*len(m.specs):]
-			if i, c.err = readOut(m, res, i); c.err != nil {
+			if i, c.err = s.readOut(m, res, i); c.err != nil {
 				break
 			}
 		}
@@ -204,13 +212,29 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 }
 
 // readOut sets c.out from the 4 integers per limit of c that res holds at
-// i, and returns the index after them.
-func readOut(c *call, res []any, i int) (int, error) {
-	nk := len(c.specs)
+// i, after the override that precedes them if the key has one, and
+// returns the index after them.
+func (s *Store) readOut(c *call, res []any, i int) (int, error) {
+	c.limits = nil
+	if i < len(res) {
+		if msg, ok := res[i].(string); ok {
+			raw, ok := strings.CutPrefix(msg, "=")
+			if !ok {
+				return i, fmt.Errorf("%w: script returned %q among a group's results", floodgate.ErrStore, msg)
+			}
+			limits, err := s.decoded.decode(raw)
+			if err != nil {
+				return i, err
+			}
+			c.limits = limits
+			i++
+		}
+	}
+	nk := c.count()
 	if i+4*nk > len(res) {
 		return i, fmt.Errorf("%w: script returned %d values, too few for its requests", floodgate.ErrStore, len(res))
 	}
-	if c.out == nil {
+	if len(c.out) != 4*nk {
 		c.out = make([]int64, 4*nk)
 	}
 	for j := range c.out {

@@ -1,0 +1,338 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file keeps per-key overrides in Redis, so that every process sees
+// them. A key's override is the Redis key <prefix>{<key>}:o, beside its
+// limits' states and in their Cluster slot; decide.lua and bucket.lua
+// read it in the script call that decides, so an overridden key costs one
+// more read inside Redis and no round trip. Setting or deleting one is a
+// decide.lua item (see carry there) that moves the key's usage to its new
+// limits in the same script call.
+
+// encodeOverride writes limits as decide.lua reads them (see
+// parseOverride in prelude.lua): "fg1", ";kind,quota,rate,period,alg" per
+// limit, and after a newline the limits' names, which only Go reads.
+func encodeOverride(limits []core.Spec) string {
+	var b strings.Builder
+	b.WriteString("fg1")
+	names := make([]string, len(limits))
+	named := false
+	for i := range limits {
+		sp := &limits[i]
+		fmt.Fprintf(&b, ";%d,%d,%d,%d,%d", sp.Kind, sp.Quota, sp.Rate, sp.Period, sp.Alg)
+		names[i] = sp.Name
+		named = named || sp.Name != ""
+	}
+	if named {
+		js, _ := json.Marshal(names) // strings always marshal
+		b.WriteByte('\n')
+		b.Write(js)
+	}
+	return b.String()
+}
+
+// decodeOverride reads what encodeOverride wrote, with the expiry that
+// decide.lua adds ("fg1@<µs>;..."), checking every limit with its
+// constructor.
+func decodeOverride(raw string) ([]core.Spec, error) {
+	head, tail, _ := strings.Cut(raw, "\n")
+	rest, ok := strings.CutPrefix(head, "fg1")
+	if at, ok := strings.CutPrefix(rest, "@"); ok {
+		_, rest, _ = strings.Cut(at, ";")
+		rest = ";" + rest
+	}
+	if rest, ok = strings.CutPrefix(rest, ";"); !ok {
+		return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrStore, raw)
+	}
+	var names []string
+	if tail != "" {
+		if err := json.Unmarshal([]byte(tail), &names); err != nil {
+			return nil, fmt.Errorf("%w: redis: override names %q: %v", floodgate.ErrStore, tail, err)
+		}
+	}
+	parts := strings.Split(rest, ";")
+	specs := make([]core.Spec, len(parts))
+	for i, part := range parts {
+		f := strings.Split(part, ",")
+		var v [5]int64
+		var err error
+		for j := 0; j < len(v) && len(f) == len(v) && err == nil; j++ {
+			v[j], err = strconv.ParseInt(f[j], 10, 64)
+		}
+		if len(f) != len(v) || err != nil {
+			return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrStore, raw)
+		}
+		kind, period := core.Kind(v[0]), time.Duration(v[3])*time.Microsecond
+		var sp core.Spec
+		if kind == core.Bucket {
+			sp, err = core.NewBucket("override", v[2], period, v[1], "quota")
+		} else {
+			sp, err = core.NewWindow(kind, "override", v[1], period)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: redis: override %q: %w", floodgate.ErrStore, raw, err)
+		}
+		sp.Alg = uint8(v[4])
+		if i < len(names) {
+			sp.Name = names[i]
+		}
+		specs[i] = sp
+	}
+	return specs, nil
+}
+
+// overrides caches decoded overrides by their value: a hot overridden key
+// is decoded once.
+type overrideCache struct {
+	mu sync.Mutex
+	m  map[string][]core.Spec
+}
+
+const overrideCacheMax = 1024
+
+func (c *overrideCache) decode(raw string) ([]core.Spec, error) {
+	c.mu.Lock()
+	specs, ok := c.m[raw]
+	c.mu.Unlock()
+	if ok {
+		return specs, nil
+	}
+	specs, err := decodeOverride(raw)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= overrideCacheMax {
+		c.m = make(map[string][]core.Spec)
+	}
+	c.m[raw] = specs
+	c.mu.Unlock()
+	return specs, nil
+}
+
+// overrideKey returns the Redis key of key's override.
+func (s *Store) overrideKey(key string) string {
+	if strings.ContainsAny(key, "{}") {
+		return s.prefix + hashTag(key) + key + ":o"
+	}
+	return s.prefix + "{" + key + "}:o"
+}
+
+// keyOfOverride returns the key whose override is the Redis key rk, and
+// false for a Redis key that is not one.
+func (s *Store) keyOfOverride(rk string) (string, bool) {
+	rest, ok := strings.CutPrefix(rk, s.prefix)
+	if !ok {
+		return "", false
+	}
+	if rest, ok = strings.CutSuffix(rest, ":o"); !ok || !strings.HasPrefix(rest, "{") {
+		return "", false
+	}
+	if inner := rest[1 : len(rest)-1]; strings.HasSuffix(rest, "}") && !strings.ContainsAny(inner, "{}") {
+		return inner, inner != ""
+	}
+	_, key, ok := strings.Cut(rest, "}") // "{hash}" then the key
+	return key, ok && s.overrideKey(key) == rk
+}
+
+var _ core.Overrider = (*policy)(nil)
+
+// SetOverride implements core.Overrider in one script call, which sets
+// or deletes the override and carries the key's usage over; then it lifts
+// the key's cached denials in every process (lifts.go).
+func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
+	if err := core.CheckOverride(key, o, st); err != nil {
+		return err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	raw, ttl := "", int64(0)
+	if o != nil {
+		raw, ttl = encodeOverride(o.Limits), o.TTL.Milliseconds()
+	}
+	now := int64(-1)
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
+	}
+	params := p.params
+	if p.calendar {
+		params = p.calendarParams(now)
+	}
+	args := make([]any, 0, 9+scriptSpecLen*len(params)+len(params))
+	args = append(args, s.extraTTL, len(params))
+	for i := range params {
+		args = params[i].appendArgs(args)
+	}
+	args = append(args, 1, "o", int(st), raw, ttl, now, len(params))
+	for i := range params {
+		args = append(args, i+1)
+	}
+	keys := p.keys(key)
+	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	if s.denials != nil {
+		s.denials.forget(key)
+	}
+	if err != nil {
+		return s.wrap(ctx, err)
+	}
+	if len(res) > 0 {
+		msg, _ := res[0].(string)
+		return s.wrap(ctx, errors.New(msg))
+	}
+	// Other processes' denial caches drop the key (lifts.go).
+	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]))
+	return nil
+}
+
+// GetOverride implements core.Overrider with a GET (and a TIME for an
+// override that expires, when the time is the server's).
+func (p *policy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.Override{}, false, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.Override{}, false, floodgate.ErrClosed
+	}
+	raw, err := s.client.Get(ctx, s.overrideKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return core.Override{}, false, nil
+	}
+	if err != nil {
+		return core.Override{}, false, s.wrap(ctx, err)
+	}
+	return s.readOverride(ctx, s.client, raw)
+}
+
+// readOverride decodes the override raw, read from c, with the time it
+// has left; false when it has expired.
+func (s *Store) readOverride(ctx context.Context, c redis.Cmdable, raw string) (core.Override, bool, error) {
+	specs, err := s.decoded.decode(raw)
+	if err != nil {
+		return core.Override{}, false, err
+	}
+	o := core.Override{Limits: specs}
+	if exp := expiresOf(raw); exp != 0 {
+		now, err := s.nowOn(ctx, c)
+		if err != nil {
+			return core.Override{}, false, s.wrap(ctx, err)
+		}
+		if exp <= now {
+			return core.Override{}, false, nil
+		}
+		o.TTL = time.Duration(core.RoundUp(time.Duration(exp-now)*time.Microsecond, time.Millisecond)) * time.Millisecond
+	}
+	return o, true, nil
+}
+
+// ListOverrides implements core.Overrider: it scans every server (every
+// master of a Cluster) for override keys, and reads each.
+func (p *policy) ListOverrides(ctx context.Context, fn func(key string, o core.Override) bool) error {
+	s := p.s
+	if s.closed.Load() {
+		return floodgate.ErrClosed
+	}
+	stop := errors.New("stop")
+	stopped := false
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		if stopped {
+			return stop
+		}
+		iter := c.Scan(ctx, 0, escapeGlob(s.prefix)+"{*}*:o", 500).Iterator()
+		for iter.Next(ctx) {
+			rk := iter.Val()
+			key, ok := s.keyOfOverride(rk)
+			if !ok {
+				continue
+			}
+			raw, err := c.Get(ctx, rk).Result()
+			if errors.Is(err, redis.Nil) {
+				continue // deleted or expired since the scan saw it
+			}
+			if err != nil {
+				return err
+			}
+			o, ok, err := s.readOverride(ctx, c, raw)
+			if err != nil {
+				return err
+			}
+			if ok && !fn(key, o) {
+				stopped = true
+				return stop
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // fn is called from one master at a time
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, c)
+		})
+	} else {
+		err = scan(ctx, s.client)
+	}
+	if err == nil || errors.Is(err, stop) {
+		return nil
+	}
+	if errors.Is(err, floodgate.ErrStore) {
+		return err
+	}
+	return s.wrap(ctx, err)
+}
+
+// escapeGlob escapes the characters that SCAN's MATCH pattern treats
+// specially.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\{}^-`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// expiresOf returns when the override raw expires (µs on the decisions'
+// time line), or 0 if it does not.
+func expiresOf(raw string) int64 {
+	at, ok := strings.CutPrefix(raw, "fg1@")
+	if !ok {
+		return 0
+	}
+	at, _, _ = strings.Cut(at, ";")
+	n, _ := strconv.ParseInt(at, 10, 64)
+	return n
+}
+
+// now returns the decisions' time, µs: the injected clock's, or the
+// server's TIME (on c).
+func (s *Store) nowOn(ctx context.Context, c redis.Cmdable) (int64, error) {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro(), nil
+	}
+	t, err := c.Time(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	return t.UnixMicro(), nil
+}
