@@ -190,6 +190,7 @@ type Store struct {
 	main     *breaker         // the breaker of the probe key's partition
 	parts    core.Partitioner // the primary's, nil if it has one partition
 	breakers sync.Map         // partition name -> *breaker, with parts
+	mirrored sync.Map         // key -> []core.Spec: the overrides mirrored in the local store
 	stats    struct {
 		failures, fallbacks, switches, probes atomic.Uint64
 		settled, unsettled                    atomic.Uint64
@@ -488,6 +489,9 @@ func (p *policy) answer(ctx context.Context, key string, n int64, b *breaker) (c
 // from a full bucket. It costs a memory-store decision or two per
 // decision of the primary.
 func (p *policy) sync(ctx context.Context, key string, n int64, d *core.Decision) {
+	if p.local != nil {
+		p.learn(ctx, key, d)
+	}
 	if p.localCharger == nil || n == 0 {
 		return
 	}

@@ -587,3 +587,24 @@ func TestPartitionBreakers(t *testing.T) {
 		t.Fatalf("after a's recovery: %v, %d switches", s, fb.Stats().Switches)
 	}
 }
+
+func (p *flakyPolicy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
+	if err := p.fail(ctx); err != nil {
+		return err
+	}
+	return p.Policy.(core.Overrider).SetOverride(ctx, key, o, st)
+}
+
+func (p *flakyPolicy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
+	if err := p.fail(ctx); err != nil {
+		return core.Override{}, false, err
+	}
+	return p.Policy.(core.Overrider).GetOverride(ctx, key)
+}
+
+func (p *flakyPolicy) ListOverrides(ctx context.Context, fn func(string, core.Override) bool) error {
+	if err := p.fail(ctx); err != nil {
+		return err
+	}
+	return p.Policy.(core.Overrider).ListOverrides(ctx, fn)
+}
