@@ -86,6 +86,7 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
 	handle("POST", "/json", a.auth(a.envoyJSON))
+	a.overrideRoutes(mux)
 	if d := o.Dashboard; d != nil {
 		handle("GET", "/v1/dashboard", a.auth(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Cache-Control", "no-store")
@@ -172,7 +173,8 @@ type CheckResponse struct {
 	Policy       string `json:"policy,omitempty"` // the limit's name, when it has one
 	Shadow       bool   `json:"shadow,omitempty"` // a shadow rule: allowed whatever it decided
 	WouldDeny    bool   `json:"would_deny,omitempty"`
-	Source       string `json:"source"` // store, local, fail-open or fail-closed
+	Source       string `json:"source"`               // store, local, fail-open or fail-closed
+	Overridden   bool   `json:"overridden,omitempty"` // the key has an override: limit and policy are its
 	Error        string `json:"error,omitempty"`
 	Status       int    `json:"status,omitempty"` // in a batch: the HTTP status this check alone would get
 }
@@ -204,6 +206,7 @@ func NewCheckResponse(d service.Decision) CheckResponse {
 		Rule: d.Rule, Allowed: d.Allowed, Limit: d.Result.Quota, Remaining: d.Result.Remaining,
 		RetryAfterMs: retry, ResetAfterMs: reset, Policy: d.Policy,
 		Shadow: d.Shadow, WouldDeny: d.Shadow && !d.Result.Allowed, Source: d.Result.Source.String(),
+		Overridden: d.Result.Overridden,
 	}
 }
 
@@ -327,17 +330,21 @@ func (a *api) rules(w http.ResponseWriter, r *http.Request) {
 	cfg := a.svc.Config()
 	out := make([]RuleInfo, 0, len(cfg.Rules))
 	for _, rule := range cfg.Rules {
-		ri := RuleInfo{Name: rule.Name, Shadow: rule.Shadow}
-		for _, l := range rule.Limits {
-			li := LimitInfo{Name: l.Name(), Algorithm: l.Algorithm().String(), Quota: l.Quota(), Rate: l.Rate(), PeriodMs: l.Period().Milliseconds(), Summary: l.String()}
-			if unit, loc := l.Calendar(); unit != 0 {
-				li.Calendar = unit.String() + " " + loc.String()
-			}
-			ri.Limits = append(ri.Limits, li)
-		}
-		out = append(out, ri)
+		out = append(out, RuleInfo{Name: rule.Name, Shadow: rule.Shadow, Limits: limitInfos(rule.Limits)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"source": cfg.Source, "rules": out})
+}
+
+func limitInfos(limits []floodgate.Limit) []LimitInfo {
+	out := make([]LimitInfo, 0, len(limits))
+	for _, l := range limits {
+		li := LimitInfo{Name: l.Name(), Algorithm: l.Algorithm().String(), Quota: l.Quota(), Rate: l.Rate(), PeriodMs: l.Period().Milliseconds(), Summary: l.String()}
+		if unit, loc := l.Calendar(); unit != 0 {
+			li.Calendar = unit.String() + " " + loc.String()
+		}
+		out = append(out, li)
+	}
+	return out
 }
 
 // decode reads a bounded JSON body into v, answering 4xx itself on error.

@@ -13,6 +13,9 @@
 //	    corrects a check that charged charged to the real cost: refunds or
 //	    charges the difference (even into debt); replies as FG.CHECK, with
 //	    the state after.
+//	FG.OVERRIDE SET <rule> <key> <override> | GET <rule> <key> |
+//	    DEL <rule> <key> [<strategy>] | LIST [<rule>]
+//	    a key's own limits (see override's documentation)
 //	FG.RESET <rule> <key>, FG.RULES
 //	PING, ECHO, HELLO, AUTH, QUIT, SELECT 0, COMMAND, CLIENT
 //
@@ -47,6 +50,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/metrics"
 	"github.com/floodgate/floodgate/internal/service"
 )
@@ -444,6 +448,16 @@ func (c *conn) writeError(msg string) {
 
 func (c *conn) writeSimple(s string) { c.w.WriteString("+" + s + "\r\n") }
 
+// writeNil writes the null reply: RESP3's null, or RESP2's null bulk
+// string.
+func (c *conn) writeNil() {
+	if c.proto == 3 {
+		c.w.WriteString("_\r\n")
+		return
+	}
+	c.w.WriteString("$-1\r\n")
+}
+
 func (c *conn) writeInt(i int64) {
 	c.w.WriteByte(':')
 	c.w.WriteString(strconv.FormatInt(i, 10))
@@ -557,6 +571,8 @@ func (c *conn) dispatch(args []string) bool {
 			return true
 		}
 		c.writeSimple("OK")
+	case "FG.OVERRIDE":
+		c.override(ctx, args)
 	case "FG.RULES":
 		rules := c.s.svc.Config().Rules
 		c.writeArrayHeader(len(rules))
@@ -573,7 +589,7 @@ func (c *conn) dispatch(args []string) bool {
 	return true
 }
 
-var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
+var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.override", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
 
 func (c *conn) checkAuth(user, pass string) bool {
 	if c.s.token == "" {
@@ -788,4 +804,100 @@ func (c *conn) settle(ctx context.Context, args []string) {
 		return
 	}
 	c.writeDecision(d.Allowed, d.Result, time.Millisecond)
+}
+
+// override serves the FG.OVERRIDE family:
+//
+//	FG.OVERRIDE SET <rule> <key> <override>   the override in JSON or YAML, as PUT /v1/overrides takes it; +OK
+//	FG.OVERRIDE GET <rule> <key>              [ttl_ms, limit...] (each limit as floodgate describes it), or nil
+//	FG.OVERRIDE DEL <rule> <key> [<strategy>] +OK
+//	FG.OVERRIDE LIST [<rule>]                 [[rule, key, ttl_ms, limit...], ...]
+//
+// ttl_ms is the time left, rounded up; 0 for ever.
+func (c *conn) override(ctx context.Context, args []string) {
+	if len(args) < 2 {
+		c.writeError(errArgs(args[0]))
+		return
+	}
+	sub := strings.ToUpper(args[1])
+	want := map[string][2]int{"SET": {5, 5}, "GET": {4, 4}, "DEL": {4, 5}, "LIST": {2, 3}}
+	n, ok := want[sub]
+	if !ok {
+		c.writeError(fmt.Sprintf("ERR unknown subcommand '%s'. Try FG.OVERRIDE SET, GET, DEL or LIST.", printable([]byte(args[1]))))
+		return
+	}
+	if len(args) < n[0] || len(args) > n[1] {
+		c.writeError(errArgs(args[0] + "|" + strings.ToLower(sub)))
+		return
+	}
+	svc := c.s.svc
+	switch sub {
+	case "SET":
+		o, err := config.ParseOverride("override", []byte(args[4]))
+		if err != nil {
+			c.writeError("ERR " + strings.ReplaceAll(err.Error(), "\n", "; "))
+			return
+		}
+		if err := svc.SetOverride(ctx, args[2], args[3], o); err != nil {
+			c.writeError(errText(err))
+			return
+		}
+		c.writeSimple("OK")
+	case "GET":
+		o, ok, err := svc.GetOverride(ctx, args[2], args[3])
+		switch {
+		case err != nil:
+			c.writeError(errText(err))
+		case !ok:
+			c.writeNil()
+		default:
+			c.writeOverride(o, false)
+		}
+	case "DEL":
+		st := floodgate.Additive
+		if len(args) == 5 {
+			var err error
+			if st, err = floodgate.ParseStrategy(strings.ToLower(args[4])); err != nil {
+				c.writeError("ERR strategy must be additive, as-is, proportional or reset")
+				return
+			}
+		}
+		if err := svc.DeleteOverride(ctx, args[2], args[3], st); err != nil {
+			c.writeError(errText(err))
+			return
+		}
+		c.writeSimple("OK")
+	case "LIST":
+		rule := ""
+		if len(args) == 3 {
+			rule = args[2]
+		}
+		list, _, err := svc.ListOverrides(ctx, rule)
+		if err != nil {
+			c.writeError(errText(err))
+			return
+		}
+		c.writeArrayHeader(len(list))
+		for _, o := range list {
+			c.writeOverride(o, true)
+		}
+	}
+}
+
+// writeOverride writes [ttl_ms, limit...], or with named
+// [rule, key, ttl_ms, limit...].
+func (c *conn) writeOverride(o service.Override, named bool) {
+	n := 1 + len(o.Limits)
+	if named {
+		n += 2
+		c.writeArrayHeader(n)
+		c.writeBulk(o.Rule)
+		c.writeBulk(o.Key)
+	} else {
+		c.writeArrayHeader(n)
+	}
+	c.writeInt(core.RoundUp(o.TTL, time.Millisecond))
+	for _, l := range o.Limits {
+		c.writeBulk(l.String())
+	}
 }
