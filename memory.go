@@ -62,6 +62,10 @@ type MemoryStore struct {
 	bytesShard  int64 // bytes
 	evictions   atomic.Uint64
 
+	// rebased records, per scope, the limits of its keys (see Rebase).
+	rebaseMu sync.Mutex
+	rebased  map[string][]core.Spec
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{}

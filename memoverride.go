@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/core"
@@ -237,4 +238,51 @@ func sameShape(from, to *core.Spec) bool {
 		return true
 	}
 	return from.Kind == to.Kind && from.Period == to.Period && from.Calendar == to.Calendar && from.Location == to.Location
+}
+
+var _ core.Rebaser = (*memPolicy)(nil)
+
+// Rebase implements core.Rebaser. The limits recorded per scope live in
+// the store, so a Limiter built again on the same store with other limits
+// finds the old ones.
+func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
+	if err := core.CheckRebase(scope, st); err != nil {
+		return 0, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	s.rebaseMu.Lock()
+	from, seen := s.rebased[scope]
+	if s.rebased == nil {
+		s.rebased = make(map[string][]core.Spec)
+	}
+	s.rebased[scope] = p.specs
+	s.rebaseMu.Unlock()
+	if !seen || !core.Rebasable(from, p.specs) {
+		return 0, nil
+	}
+	carried := 0
+	var keys []string
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return carried, err
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := s.now()
+		keys = keys[:0]
+		for key := range sh.m {
+			if strings.HasPrefix(key, scope) && sh.override(key, now) == nil {
+				keys = append(keys, key)
+			}
+		}
+		for _, key := range keys {
+			s.carryLocked(sh, key, from, p.specs, st, now)
+		}
+		sh.mu.Unlock()
+		carried += len(keys)
+	}
+	return carried, nil
 }

@@ -112,6 +112,31 @@ func (l *Limiter) ListOverrides(ctx context.Context, fn func(key string, o Overr
 	})
 }
 
+// Rebase makes the Limiter's limits those of every key that starts with
+// scope, keeping what the keys have used: when the store recorded other
+// limits for scope (a Limiter built before this one with other limits
+// called Rebase), each key the store holds in scope is carried from those
+// limits to the Limiter's as st says, and Rebase returns how many. Keys
+// with an override keep it. Call it when a Limiter replaces another on
+// the same keys with new limits, as floodgate serve does for a rule when
+// its rules file is reloaded; every process may call it, and each key is
+// carried once.
+//
+// The first call for a scope, and a call with the limits already
+// recorded, only records them. Calendar windows keep their count (nothing
+// is carried when the old or new limits have one). A key decided between
+// the swap to this Limiter and its carry is decided on its state as it
+// stands and carried after. Errors wrap ErrInvalidKey (an empty scope),
+// ErrInvalidLimit (an unknown st) or ErrStore; a store whose policies do
+// not implement core.Rebaser gives an error wrapping errors.ErrUnsupported.
+func (l *Limiter) Rebase(ctx context.Context, scope string, st Strategy) (int, error) {
+	rb, ok := l.policy.(core.Rebaser)
+	if !ok {
+		return 0, fmt.Errorf("floodgate: %T cannot rebase: %w", l.policy, errors.ErrUnsupported)
+	}
+	return rb.Rebase(ctx, scope, st)
+}
+
 func (l *Limiter) overrider() (core.Overrider, error) {
 	ov, ok := l.policy.(core.Overrider)
 	if !ok {

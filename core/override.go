@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -159,4 +160,64 @@ type Overrider interface {
 	// particular order, until fn returns false. Overrides set or deleted
 	// meanwhile may or may not be seen.
 	ListOverrides(ctx context.Context, fn func(key string, o Override) bool) error
+}
+
+// Rebaser is implemented by a Policy whose store can move the usage of the
+// keys it holds from other limits to the Policy's: the memory, Redis and
+// fallback stores. It is how a changed limit keeps what was used when the
+// Policy is replaced rather than a key overridden, as when a rules file is
+// reloaded.
+type Rebaser interface {
+	// Rebase records the Policy's limits as those of the keys that start
+	// with scope (a non-empty prefix, such as a rule's). When other limits
+	// were recorded for scope before, it carries the usage of every key
+	// in scope that the store holds and that has no override from those
+	// limits to the Policy's as st says, and returns how many keys it
+	// carried. When the same limits were recorded, or none, it changes
+	// nothing and returns 0: calling it again, or from every process that
+	// shares the store, carries each key once.
+	//
+	// Calendar windows keep their count: when the old or the new limits
+	// include one, Rebase records the new limits and carries nothing.
+	//
+	// Each key is carried atomically, one after another; a key decided
+	// between the swap to the new limits and its carry is decided on its
+	// state as it stands, and then carried. Errors wrap ErrInvalidKey
+	// (an empty scope), ErrInvalidLimit (an unknown st) or ErrStore. The
+	// new limits are recorded before the first key is carried, so that
+	// no key is carried twice: after an error, the keys not yet carried
+	// are read under the new limits as they stand.
+	Rebase(ctx context.Context, scope string, st Strategy) (int, error)
+}
+
+// CheckRebase returns nil when scope and st can be rebased, and otherwise
+// an error wrapping ErrInvalidKey or ErrInvalidLimit.
+func CheckRebase(scope string, st Strategy) error {
+	if err := CheckKey(scope); err != nil {
+		return err
+	}
+	if st > ResetUsage {
+		return fmt.Errorf("%w: unknown strategy %d", ErrInvalidLimit, st)
+	}
+	return nil
+}
+
+// Rebasable reports whether Rebase carries keys from the limits from to
+// the limits to: they decide differently (names do not count), and
+// neither has a calendar window.
+func Rebasable(from, to []Spec) bool {
+	if slices.EqualFunc(from, to, func(a, b Spec) bool {
+		a.Name, a.Alg, b.Name, b.Alg = "", 0, "", 0
+		return a == b
+	}) {
+		return false
+	}
+	for _, l := range [][]Spec{from, to} {
+		for i := range l {
+			if l[i].Calendar != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -113,3 +113,30 @@ func (p *policy) learn(ctx context.Context, key string, d *core.Decision) {
 		p.mirror(ctx, key, &core.Override{Limits: d.Limits}, core.Additive)
 	}
 }
+
+var _ core.Rebaser = (*policy)(nil)
+
+// Rebase implements core.Rebaser: the primary's, without a budget, as it
+// scans every key of the scope; then the local store's, whose keys hold
+// shares of the limits. The primary's error is returned; the local
+// store's rebase is done whatever it says, as local state never waits for
+// the primary.
+func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
+	if err := core.CheckRebase(scope, st); err != nil {
+		return 0, err
+	}
+	if p.s.closed.Load() {
+		return 0, floodgate.ErrClosed
+	}
+	rb, ok := p.primary.(core.Rebaser)
+	if !ok {
+		return 0, fmt.Errorf("fallback: %T cannot rebase: %w", p.primary, errors.ErrUnsupported)
+	}
+	n, err := rb.Rebase(ctx, scope, st)
+	if lr, ok := p.local.(core.Rebaser); ok {
+		if _, lerr := lr.Rebase(ctx, scope, st); err == nil {
+			err = lerr
+		}
+	}
+	return n, err
+}

@@ -619,7 +619,9 @@ local function makeCarry()
   end
 
   -- carry is core's Overrider.SetOverride: the item "o", strategy, the
-  -- override's value ("" deletes it), its TTL in ms (0 none; the value
+  -- override's value ("" deletes it; "<" and limits as an override's
+  -- value carries the key from those limits, see Rebase in
+  -- override.go), its TTL in ms (0 none; the value
   -- then records when it expires, on the decisions' time line), now, and
   -- the Policy's nb limits (its keys follow KEYS[k0]). It sets or deletes the
   -- override and moves the key's usage from its old limits to its new ones
@@ -636,16 +638,24 @@ local function makeCarry()
     for i = 1, nb do base.specs[i], base.keys[i] = specs[tonumber(ARGV[a + 6 + i])], KEYS[k0 + i] end
     local from, err = lookupOverride(base.keys[1], now)
     if from == nil then return err end
-    if not from then from = base end
     local to = base
     local okey = stateBase(base.keys[1]) .. 'o'
-    if raw ~= '' then
+    local rebase = sub(raw, 1, 1) == '<'
+    if rebase then
+      -- Rebaser.Rebase: from the old limits "<"..raw to the Policy's,
+      -- unless an override decides the key.
+      if from then return redis.error_reply('FLOODGATE overridden') end
+      from = parseOverride(sub(raw, 2), base.keys[1])
+      if not from then return redis.error_reply('FLOODGATE invalid limits ' .. raw) end
+    elseif raw ~= '' then
+      if not from then from = base end
       if ttl > 0 then raw = 'fg1@' .. fmt(now + ttl * 1000) .. sub(raw, 4) end
       to = parseOverride(raw, base.keys[1])
       if not to then return redis.error_reply('FLOODGATE invalid override ' .. raw) end
       -- Redis's own expiry only cleans up: the time line decides.
       if ttl > 0 then call('SET', okey, raw, 'PX', ttl + extra) else call('SET', okey, raw) end
     else
+      if not from then from = base end
       call('DEL', okey)
     end
     local keep = {}
@@ -684,6 +694,7 @@ local function makeCarry()
     for i = 1, #to.specs do
       if not keep[to.keys[i]] then forget(to.specs[i], to.keys[i]) end
     end
+    if rebase then return nil end
     if raw ~= '' then overrides[okey] = to else overrides[okey] = false end
     return nil
   end

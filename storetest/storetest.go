@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore NewStore) {
 			})
 		}
 		t.Run("api", func(t *testing.T) { runOverrideAPI(t, newStore) })
+		t.Run("rebase", func(t *testing.T) { runRebase(t, newStore) })
 	})
 	t.Run("vectors", func(t *testing.T) { runVectors(t, newStore) })
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })

@@ -1,0 +1,183 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is core.Rebaser on Redis. The limits recorded for a scope are
+// the Redis key <prefix>{<scope>}:rebase, written with SET ... GET so that
+// of several processes rebasing a scope to the same limits, exactly one
+// finds the old limits and carries the keys. It finds them with SCAN on
+// every master and carries each with one decide.lua item, as SetOverride
+// does, so a key is carried atomically with respect to its decisions.
+
+var _ core.Rebaser = (*policy)(nil)
+
+// rebaseKey returns the Redis key that records scope's limits.
+func (s *Store) rebaseKey(scope string) string {
+	if strings.ContainsAny(scope, "{}") {
+		return s.prefix + hashTag(scope) + scope + ":rebase"
+	}
+	return s.prefix + "{" + scope + "}:rebase"
+}
+
+// Rebase implements core.Rebaser.
+func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
+	if err := core.CheckRebase(scope, st); err != nil {
+		return 0, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return 0, floodgate.ErrClosed
+	}
+	for i := range p.specs {
+		if p.specs[i].Calendar != 0 {
+			// Calendar windows keep their count; encodeOverride cannot
+			// write them, so the scope's record goes.
+			return 0, s.wrap(ctx, s.client.Del(ctx, s.rebaseKey(scope)).Err())
+		}
+	}
+	old, err := s.client.SetArgs(ctx, s.rebaseKey(scope), encodeOverride(p.specs), redis.SetArgs{Get: true}).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil // the first record
+	}
+	if err != nil {
+		return 0, s.wrap(ctx, err)
+	}
+	from, err := s.decoded.decode(old)
+	if err != nil {
+		return 0, err
+	}
+	if !core.Rebasable(from, p.specs) {
+		return 0, nil
+	}
+	raw := "<" + encodeOverride(from)
+	carried := 0
+	seen := make(map[string]bool)
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		for _, pattern := range s.scopePatterns(scope) {
+			iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+			for iter.Next(ctx) {
+				key, ok := s.keyOfState(iter.Val())
+				if !ok || seen[key] || !strings.HasPrefix(key, scope) {
+					continue
+				}
+				seen[key] = true
+				n, err := p.carryFrom(ctx, key, raw, st)
+				if err != nil {
+					return err
+				}
+				carried += n
+			}
+			if err := iter.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex // the masters are scanned at once; the counts are shared
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return scan(ctx, c)
+		})
+	} else {
+		err = scan(ctx, s.client)
+	}
+	if err != nil && !errors.Is(err, floodgate.ErrStore) {
+		err = s.wrap(ctx, err)
+	}
+	return carried, err
+}
+
+// overriddenReply is decide.lua's answer to a rebase of a key that has an
+// override, which it leaves alone.
+const overriddenReply = "FLOODGATE overridden"
+
+// carryFrom carries key from the limits raw ("<" and their encoding) to
+// p's, in one script call; it returns 1, or 0 for a key with an override.
+func (p *policy) carryFrom(ctx context.Context, key, raw string, st core.Strategy) (int, error) {
+	s := p.s
+	now := int64(-1)
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
+	}
+	args := make([]any, 0, 9+scriptSpecLen*len(p.params)+len(p.params))
+	args = append(args, s.extraTTL, len(p.params))
+	for i := range p.params {
+		args = p.params[i].appendArgs(args)
+	}
+	args = append(args, 1, "o", int(st), raw, 0, now, len(p.params))
+	for i := range p.params {
+		args = append(args, i+1)
+	}
+	res, err := decideScript.Run(ctx, s.client, p.keys(key), args...).Slice()
+	if s.denials != nil {
+		s.denials.forget(key)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(res) > 0 {
+		if msg, _ := res[0].(string); msg != overriddenReply {
+			return 0, errors.New(msg)
+		}
+		return 0, nil
+	}
+	return 1, nil
+}
+
+// scopePatterns returns the SCAN patterns of the state keys of the keys
+// that start with scope: "{scope*", and "{hash}scope*" for keys with
+// braces (see keys).
+func (s *Store) scopePatterns(scope string) []string {
+	pre := escapeGlob(s.prefix)
+	if strings.ContainsAny(scope, "{}") {
+		return []string{pre + "{*}" + escapeGlob(scope) + "*"}
+	}
+	return []string{pre + "{" + escapeGlob(scope) + "*", pre + "{*}" + escapeGlob(scope) + "*"}
+}
+
+// keyOfState returns the key whose limit state is the Redis key rk
+// (<prefix>{key}:<index><kind>, or <prefix>{hash}key:<index><kind>), and
+// false for a Redis key that is not one.
+func (s *Store) keyOfState(rk string) (string, bool) {
+	rest, ok := strings.CutPrefix(rk, s.prefix)
+	if !ok || !strings.HasPrefix(rest, "{") {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 || !isStateSuffix(rest[i+1:]) {
+		return "", false
+	}
+	rest = rest[:i]
+	if strings.HasSuffix(rest, "}") && !strings.ContainsAny(rest[1:len(rest)-1], "{}") {
+		key := rest[1 : len(rest)-1]
+		return key, key != ""
+	}
+	j := strings.IndexByte(rest, '}')
+	key := rest[j+1:]
+	return key, strings.ContainsAny(key, "{}") && hashTag(key) == rest[:j+1]
+}
+
+// isStateSuffix reports whether suffix is a limit state's: its index and
+// its kind's letter (see suffixOf).
+func isStateSuffix(suffix string) bool {
+	if len(suffix) < 2 || !strings.ContainsRune("bfsl", rune(suffix[len(suffix)-1])) {
+		return false
+	}
+	for _, c := range suffix[:len(suffix)-1] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}

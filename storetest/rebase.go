@@ -1,0 +1,130 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+)
+
+// rebaseCase is a Limiter replaced by another with new limits on the same
+// keys (a reloaded rule): 60 of the old limit's 100 are used, and Rebase
+// carries what is left to the new limit's 200 as bucket4j's strategies
+// say, for each algorithm's equivalent.
+type rebaseCase struct {
+	name     string
+	old, new floodgate.Limit
+}
+
+func rebaseCases() []rebaseCase {
+	return []rebaseCase{
+		{"token-bucket", floodgate.TokenBucket(100, time.Minute, 100), floodgate.TokenBucket(200, time.Minute, 200)},
+		// Only the burst changes: the refill rate stays at 1 per second.
+		{"token-bucket-burst", floodgate.TokenBucket(60, time.Minute, 100), floodgate.TokenBucket(60, time.Minute, 200)},
+		{"fixed-window", floodgate.FixedWindow(100, time.Minute), floodgate.FixedWindow(200, time.Minute)},
+		{"sliding-window", floodgate.SlidingWindow(100, time.Minute), floodgate.SlidingWindow(200, time.Minute)},
+		{"sliding-log", floodgate.SlidingLog(100, time.Minute), floodgate.SlidingLog(200, time.Minute)},
+		// Another algorithm starts afresh, then keeps what the strategy
+		// says of the old limit's 40 left.
+		{"window-to-bucket", floodgate.FixedWindow(100, time.Minute), floodgate.TokenBucket(200, time.Minute, 200)},
+	}
+}
+
+// runRebase checks Limiter.Rebase: the four strategies on every
+// algorithm, keys outside the scope and overridden keys left alone, each
+// key carried once however often Rebase is called, and going back.
+func runRebase(t *testing.T, newStore NewStore) {
+	want := map[floodgate.Strategy]int64{floodgate.Proportional: 80, floodgate.AsIs: 40, floodgate.Additive: 140, floodgate.ResetUsage: 200}
+	for _, tc := range rebaseCases() {
+		for _, strategy := range []floodgate.Strategy{floodgate.Proportional, floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
+			t.Run(tc.name+"/"+strategy.String(), func(t *testing.T) {
+				t.Parallel()
+				clock := NewClock(Base)
+				st := newStore(t, clock)
+				t.Cleanup(func() { st.Close() })
+				ctx := context.Background()
+				opts := &floodgate.Options{Clock: clock}
+				old, err := floodgate.NewLimiter(st, []floodgate.Limit{tc.old}, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, err := old.Rebase(ctx, "r:", strategy); n != 0 || err != nil {
+					t.Fatalf("first Rebase = %d, %v; want 0, nil: it only records the limits", n, err)
+				}
+				for _, key := range []string{"r:a", "r:b", "s:a"} {
+					if r, err := old.AllowN(ctx, key, 60); !r.Allowed || err != nil {
+						t.Fatalf("AllowN(%s, 60) = %+v, %v", key, r, err)
+					}
+				}
+				// r:b has its own limit, which Rebase leaves alone.
+				if err := old.SetOverride(ctx, "r:b", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(1000, time.Hour)}}, floodgate.Additive); err != nil {
+					t.Fatal(err)
+				}
+				repl, err := floodgate.NewLimiter(st, []floodgate.Limit{tc.new}, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outside, err := repl.Peek(ctx, "s:a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, err := repl.Rebase(ctx, "r:", strategy); n != 1 || err != nil {
+					t.Fatalf("Rebase = %d, %v; want 1 key carried (r:a), nil", n, err)
+				}
+				peek := func(key string) floodgate.Result {
+					t.Helper()
+					r, err := repl.Peek(ctx, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return r
+				}
+				if r := peek("r:a"); r.Remaining != want[strategy] || r.Quota != 200 {
+					t.Fatalf("after Rebase r:a has %d of %d left, want %d of 200", r.Remaining, r.Quota, want[strategy])
+				}
+				if r := peek("r:b"); !r.Overridden || r.Remaining != 940 {
+					t.Fatalf("the overridden r:b = %+v, want its override's 940 left", r)
+				}
+				if r := peek("s:a"); r.Remaining != outside.Remaining {
+					t.Fatalf("s:a, outside the scope, has %d left after Rebase, %d before", r.Remaining, outside.Remaining)
+				}
+				// Again, from this process or another: nothing is carried twice.
+				if n, err := repl.Rebase(ctx, "r:", strategy); n != 0 || err != nil {
+					t.Fatalf("second Rebase = %d, %v; want 0, nil", n, err)
+				}
+				if r := peek("r:a"); r.Remaining != want[strategy] {
+					t.Fatalf("after a second Rebase r:a has %d left, want %d still", r.Remaining, want[strategy])
+				}
+				// Back to the old limits, as-is: whatever is left, within 100.
+				// A reset key is full, which the store does not hold.
+				held := 1
+				if strategy == floodgate.ResetUsage {
+					held = 0
+				}
+				if n, err := old.Rebase(ctx, "r:", floodgate.AsIs); n != held || err != nil {
+					t.Fatalf("Rebase back = %d, %v; want %d, nil", n, err, held)
+				}
+				if r, err := old.Peek(ctx, "r:a"); err != nil || r.Remaining != min(want[strategy], 100) {
+					t.Fatalf("back on the old limits r:a = %+v, %v; want %d left", r, err, min(want[strategy], 100))
+				}
+			})
+		}
+	}
+	t.Run("errors", func(t *testing.T) {
+		st := newStore(t, NewClock(Base))
+		t.Cleanup(func() { st.Close() })
+		lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := lim.Rebase(ctx, "", floodgate.Additive); !errors.Is(err, floodgate.ErrInvalidKey) {
+			t.Errorf("Rebase of an empty scope: %v, want ErrInvalidKey", err)
+		}
+		if _, err := lim.Rebase(ctx, "r:", floodgate.Strategy(9)); !errors.Is(err, floodgate.ErrInvalidLimit) {
+			t.Errorf("Rebase with an unknown strategy: %v, want ErrInvalidLimit", err)
+		}
+	})
+}
