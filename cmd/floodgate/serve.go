@@ -330,6 +330,15 @@ func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *se
 		close(stopWatch)
 		watchWG.Wait()
 	}()
+	// The rules' limits, recorded in the store: keys of a rule that changed
+	// while floodgate was down are carried to the new limits (on_change).
+	rebaseCtx, stopRebase := context.WithTimeout(ctx, service.RebaseTimeout)
+	defer stopRebase()
+	watchWG.Add(1)
+	go func() {
+		defer watchWG.Done()
+		svc.Rebase(rebaseCtx)
+	}()
 	if f.config != "" && f.watch > 0 {
 		watchWG.Add(1)
 		go func() {

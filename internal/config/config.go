@@ -13,6 +13,7 @@
 //	    limit: 5
 //	    window: 1m
 //	    shadow: true          # count what would be denied, deny nothing
+//	    on_change: proportional # on reload, keep the share of the limit used
 //	  - name: tiered
 //	    limits:               # several limits on one key, checked as one
 //	      - {algorithm: gcra, max_burst: 9, count: 10, period: 1s}
@@ -39,6 +40,9 @@ type Rule struct {
 	Limits []floodgate.Limit
 	// Shadow rules are decided and counted but never deny.
 	Shadow bool
+	// OnChange is what a key keeps of what it used when a reload changes
+	// the rule's limits (field on_change; default additive).
+	OnChange floodgate.Strategy
 }
 
 // Config is a validated rules file, or directory of files. It is
@@ -306,7 +310,7 @@ var limitFields = []string{"algorithm", "rate", "period", "burst", "capacity", "
 
 func (p *parser) rule(n *yaml.Node, path string) (Rule, bool) {
 	before := len(p.errs)
-	known := append([]string{"limits", "shadow"}, limitFields...)
+	known := append([]string{"limits", "shadow", "on_change"}, limitFields...)
 	f := p.fields(n, path, known...)
 	var r Rule
 	if name := f["name"]; name == nil {
@@ -325,6 +329,13 @@ func (p *parser) rule(n *yaml.Node, path string) (Rule, bool) {
 			p.errorf(s, path+".shadow", "must be true or false, got %q", s.Value)
 		}
 	}
+	if oc := f["on_change"]; oc != nil {
+		st, err := floodgate.ParseStrategy(oc.Value)
+		if err != nil || oc.Kind != yaml.ScalarNode {
+			p.errorf(oc, path+".on_change", "must be one of additive, proportional, as-is, reset, got %q", oc.Value)
+		}
+		r.OnChange = st
+	}
 	if ls := f["limits"]; ls != nil {
 		if f["algorithm"] != nil {
 			p.errorf(ls, path+".limits", "give either limits or one limit's fields (algorithm, ...), not both")
@@ -341,6 +352,7 @@ func (p *parser) rule(n *yaml.Node, path string) (Rule, bool) {
 		}
 	} else {
 		delete(f, "shadow")
+		delete(f, "on_change")
 		delete(f, "name")
 		if l, ok := p.limit(n, path, f); ok {
 			r.Limits = append(r.Limits, l.Named(r.Name))

@@ -205,7 +205,43 @@ func (s *Service) Reload(path string) error {
 	s.reloads.Add(1, "success")
 	s.lastOK.Store(time.Now().Unix())
 	s.log.Info("floodgate: rules reloaded", "file", path, "rules", len(cfg.Rules))
+	ctx, cancel := context.WithTimeout(context.Background(), RebaseTimeout)
+	defer cancel()
+	s.Rebase(ctx)
 	return nil
+}
+
+// RebaseTimeout bounds the carrying of the keys of the rules that a reload
+// changed (see Rebase).
+const RebaseTimeout = 5 * time.Minute
+
+// Rebase records every rule's limits as those of its keys in the store
+// and, for a rule whose limits changed since they were last recorded (by
+// this process or any other that shares the store, before a reload or a
+// restart), carries each of its keys' usage to the new limits as the
+// rule's on_change says. Reload calls it; floodgate serve also calls it
+// once at start. It logs what it carried and returns the first error;
+// a rule that fails does not stop the others.
+func (s *Service) Rebase(ctx context.Context) error {
+	var first error
+	rs := s.rules.Load()
+	for _, r := range rs.cfg.Rules {
+		rr := rs.rules[r.Name]
+		if rr == nil {
+			continue
+		}
+		n, err := rr.lim.Rebase(ctx, rr.prefix, r.OnChange)
+		switch {
+		case err != nil:
+			s.log.Warn("floodgate: could not carry the keys of a changed rule to its new limits", "rule", r.Name, "carried", n, "error", err.Error())
+			if first == nil {
+				first = err
+			}
+		case n > 0:
+			s.log.Info("floodgate: rule's limits changed; keys carried to them", "rule", r.Name, "keys", n, "on_change", r.OnChange.String())
+		}
+	}
+	return first
 }
 
 // ReloadCount returns how many reloads succeeded and failed.

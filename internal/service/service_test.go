@@ -3,9 +3,11 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +193,69 @@ func TestRuleKeysDoNotCollide(t *testing.T) {
 				t.Fatalf("rule a:b's key victim after rule a's key b:victim was drained: %+v, %v", d, err)
 			}
 		})
+	}
+}
+
+// A reload that changes a rule's limits keeps what its keys used, as the
+// rule's on_change says: bucket4j's example, 60 of 100 used, raised to
+// 200. With two instances on one Redis, each reloading the file, the keys
+// are carried once.
+func TestReloadKeepsWhatWasUsed(t *testing.T) {
+	const before = "rules:\n  - {name: api, algorithm: token-bucket, rate: 100, period: 1h, burst: 100}\n"
+	const after = "rules:\n  - {name: api, algorithm: token-bucket, rate: 200, period: 1h, burst: 200, on_change: %s}\n"
+	clock := storetest.NewClock(storetest.Base)
+	srv := redistest.Start(t)
+	for _, tt := range []struct {
+		onChange string
+		want     int64
+	}{{"proportional", 80}, {"as-is", 40}, {"additive", 140}, {"reset", 200}} {
+		for _, on := range []string{"memory", "redis"} {
+			t.Run(on+"/"+tt.onChange, func(t *testing.T) {
+				ctx := context.Background()
+				var a, b floodgate.Store
+				if on == "memory" {
+					a = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
+				} else {
+					c := srv.Client(t)
+					if err := c.FlushAll(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+					a = redisstore.New(c, &redisstore.Options{Clock: clock})
+					b = redisstore.New(srv.Client(t), &redisstore.Options{Clock: clock})
+					t.Cleanup(func() { b.Close() })
+				}
+				t.Cleanup(func() { a.Close() })
+				path := filepath.Join(t.TempDir(), "rules.yaml")
+				write := func(s string) {
+					if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				svcs := []*service.Service{newServiceOn(t, a, before)}
+				if b != nil {
+					svcs = append(svcs, newServiceOn(t, b, before))
+				}
+				for _, svc := range svcs {
+					if err := svc.Rebase(ctx); err != nil { // as floodgate serve does at start
+						t.Fatal(err)
+					}
+				}
+				if d, err := svcs[0].Check(ctx, "api", "alice", 60); err != nil || !d.Allowed || d.Result.Remaining != 40 {
+					t.Fatalf("check of 60: %+v, %v", d, err)
+				}
+				write(fmt.Sprintf(after, tt.onChange))
+				for _, svc := range svcs {
+					if err := svc.Reload(path); err != nil {
+						t.Fatal(err)
+					}
+					if d, err := svc.Peek(ctx, "api", "alice"); err != nil || d.Result.Remaining != tt.want || d.Result.Quota != 200 {
+						t.Fatalf("after the reload: %d of %d left, %v; want %d of 200", d.Result.Remaining, d.Result.Quota, err, tt.want)
+					}
+				}
+			})
+		}
+	}
+	if _, err := config.Parse("rules.yaml", []byte(fmt.Sprintf(after, "sometimes"))); err == nil || !strings.Contains(err.Error(), "rules.yaml:2:") {
+		t.Errorf("an unknown on_change: %v, want an error at rules.yaml:2", err)
 	}
 }
