@@ -103,3 +103,36 @@ func ExampleAllowGroup() {
 	// tenant true 999 user true
 	// tenant false 999 user false
 }
+
+// bucket4j's example: a key with 40 of 100 left is raised to 200. Under
+// the Additive strategy it keeps the 60 it used and has 140 left; taking
+// the override back proportionally leaves it 70 of 100.
+func ExampleLimiter_SetOverride() {
+	clock := storetest.NewClock(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
+	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock})
+	defer store.Close()
+	lim, err := floodgate.NewLimiter(store, []floodgate.Limit{floodgate.FixedWindow(100, time.Hour)}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	res, _ := lim.AllowN(ctx, "tenant:42", 60)
+	fmt.Println("left", res.Remaining, "of", res.Quota)
+
+	premium := floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(200, time.Hour)}}
+	if err := lim.SetOverride(ctx, "tenant:42", premium, floodgate.Additive); err != nil {
+		panic(err) // an invalid limit or key, or the store failed: nothing changed
+	}
+	res, _ = lim.Peek(ctx, "tenant:42")
+	fmt.Println("left", res.Remaining, "of", res.Quota, "overridden", res.Overridden)
+
+	if err := lim.DeleteOverride(ctx, "tenant:42", floodgate.Proportional); err != nil {
+		panic(err)
+	}
+	res, _ = lim.Peek(ctx, "tenant:42")
+	fmt.Println("left", res.Remaining, "of", res.Quota, "overridden", res.Overridden)
+	// Output:
+	// left 40 of 100
+	// left 140 of 200 overridden true
+	// left 70 of 100 overridden false
+}
