@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -59,15 +61,65 @@ func library() (code, name string) {
 // of one call after the other.
 const pipelineMax = 4
 
-// allFast reports whether every call is one request on one bucket limit,
+// allFast reports whether every call is one request on one bucket limit
+// whose key has no override of another kind that this process knows of,
 // which the fast path decides.
-func allFast(calls []*call) bool {
+func (s *Store) allFast(calls []*call) bool {
 	for _, c := range calls {
-		if c.group != nil || c.p.fast == nil || c.op != opTake {
+		if c.group != nil || c.p.fast == nil || c.op != opTake || s.foreign.has(c.keys[0]) {
 			return false
 		}
 	}
 	return true
+}
+
+// foreignKeys remembers the keys (their first Redis key) whose override
+// the fast path handed to decide.lua, so that their next decisions go to
+// decide.lua at once: an override of another kind costs a process one
+// extra round trip per key, not one per decision. A key leaves when
+// decide.lua finds it without such an override. It holds at most
+// foreignMax keys, and starts again empty when full.
+type foreignKeys struct {
+	n  atomic.Int32 // len(m), read without the lock by has
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+const foreignMax = 4096
+
+func (f *foreignKeys) has(key string) bool {
+	if f.n.Load() == 0 {
+		return false
+	}
+	f.mu.Lock()
+	_, ok := f.m[key]
+	f.mu.Unlock()
+	return ok
+}
+
+func (f *foreignKeys) add(key string) {
+	f.mu.Lock()
+	if f.m == nil || len(f.m) >= foreignMax {
+		f.m = make(map[string]struct{})
+	}
+	f.m[key] = struct{}{}
+	f.n.Store(int32(len(f.m)))
+	f.mu.Unlock()
+}
+
+// settle drops c's key when decide.lua found it with no override that the
+// fast path could not decide.
+func (f *foreignKeys) settle(c *call) {
+	if f.n.Load() == 0 || c.group != nil || c.p.fast == nil || c.op != opTake {
+		return
+	}
+	if len(c.limits) > 1 || (len(c.limits) == 1 && c.limits[0].Kind != core.Bucket) {
+		return
+	}
+	f.mu.Lock()
+	delete(f.m, c.keys[0])
+	f.n.Store(int32(len(f.m)))
+	f.mu.Unlock()
 }
 
 // sendPipelined decides lone bucket decisions with one fast-path function
@@ -94,6 +146,7 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 			c.out, c.err = s.bucketResult(c, cmds[i])
 		}
 		if c.err == errNotFast {
+			s.foreign.add(c.keys[0])
 			slow = append(slow, c)
 		}
 	}
@@ -110,6 +163,7 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 	}
 	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
 	if c.err == errNotFast {
+		s.foreign.add(c.keys[0])
 		s.sendDecide(ctx, []*call{c})
 	}
 }

@@ -31,6 +31,9 @@ func BenchmarkOverride(b *testing.B) {
 		{"bucket", []floodgate.Limit{floodgate.TokenBucket(1e9, time.Second, 1e9)}, []floodgate.Limit{floodgate.TokenBucket(2e9, time.Second, 2e9)}},
 		{"two-limits", []floodgate.Limit{floodgate.TokenBucket(1e9, time.Second, 1e9), floodgate.FixedWindow(5e11, time.Hour)},
 			[]floodgate.Limit{floodgate.TokenBucket(2e9, time.Second, 2e9), floodgate.FixedWindow(1e12, time.Hour)}},
+		// A lone bucket overridden by a window: decide.lua's work, after
+		// the first decision, in one call.
+		{"bucket-to-window", []floodgate.Limit{floodgate.TokenBucket(1e9, time.Second, 1e9)}, []floodgate.Limit{floodgate.FixedWindow(1e12, time.Hour)}},
 	}
 	for _, c := range cases {
 		for _, overridden := range []bool{false, true} {
@@ -57,20 +60,22 @@ func BenchmarkOverride(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				b.ReportMetric(scriptMicros(b, client), "redis-us/op")
+				us, calls := scriptStats(b, client)
+				b.ReportMetric(us, "redis-us/call")
+				b.ReportMetric(calls/float64(b.N), "calls/op")
 			})
 		}
 	}
 }
 
-// scriptMicros returns the mean usec_per_call of the script and function
-// calls since the last CONFIG RESETSTAT.
-func scriptMicros(b *testing.B, client redis.UniversalClient) float64 {
+// scriptStats returns the mean usec_per_call of the script and function
+// calls since the last CONFIG RESETSTAT, and how many there were.
+func scriptStats(tb testing.TB, client redis.UniversalClient) (usecPerCall, calls float64) {
 	info, err := client.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	var calls, usec float64
+	var usec float64
 	for _, line := range strings.Split(info, "\n") {
 		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
 			continue
@@ -87,7 +92,52 @@ func scriptMicros(b *testing.B, client redis.UniversalClient) float64 {
 		}
 	}
 	if calls == 0 {
-		return 0
+		return 0, 0
 	}
-	return usec / calls
+	return usec / calls, calls
+}
+
+// A lone bucket's key overridden by another algorithm goes to decide.lua
+// once per process: every decision after the first is one script call.
+func TestOverrideOfAnotherKindOneCall(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	for _, batching := range []bool{false, true} {
+		st := redisstore.New(client, &redisstore.Options{DisableBatching: !batching})
+		defer st.Close()
+		lim := limiter(t, st, floodgate.TokenBucket(100, time.Second, 100))
+		if err := lim.SetOverride(ctx, "k", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(1000, time.Hour)}}, floodgate.Additive); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lim.Allow(ctx, "k"); err != nil { // the fast path hands it over
+			t.Fatal(err)
+		}
+		client.ConfigResetStat(ctx)
+		const n = 50
+		for range n {
+			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Overridden || r.Quota != 1000 {
+				t.Fatalf("Allow = %+v, %v; want the override's", r, err)
+			}
+		}
+		if _, calls := scriptStats(t, client); calls != n {
+			t.Errorf("batching %v: %v script calls for %d decisions, want one each", batching, calls, n)
+		}
+		// Back to a bucket: the fast path again.
+		if err := lim.DeleteOverride(ctx, "k", floodgate.Additive); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if r, err := lim.Allow(ctx, "k"); err != nil || r.Overridden || r.Quota != 100 {
+				t.Fatalf("Allow after the override went = %+v, %v", r, err)
+			}
+		}
+		client.ConfigResetStat(ctx)
+		if _, err := lim.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if info := client.Info(ctx, "commandstats").Val(); !strings.Contains(info, "cmdstat_fcall:calls=1,") {
+			t.Errorf("batching %v: the decision after the override went did not take the fast path:\n%s", batching, info)
+		}
+	}
 }

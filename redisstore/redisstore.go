@@ -123,6 +123,8 @@ type Store struct {
 	calClock floodgate.Clock
 	// decoded caches the overrides that replies carried.
 	decoded overrideCache
+	// foreign holds the keys whose override the fast path cannot decide.
+	foreign foreignKeys
 }
 
 var _ floodgate.Store = (*Store)(nil)

@@ -58,7 +58,7 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 // sendGroup runs calls whose keys share a slot in one script call, or,
 // when they are few lone bucket decisions, through the fast path.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
-	if !s.noFastPath && len(calls) <= pipelineMax && allFast(calls) {
+	if !s.noFastPath && len(calls) <= pipelineMax && s.allFast(calls) {
 		if len(calls) == 1 {
 			s.sendBucket(ctx, calls[0])
 			return
@@ -81,6 +81,11 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	}
 	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
 	s.decideResult(calls, res, err)
+	for _, c := range calls {
+		if c.err == nil {
+			s.foreign.settle(c)
+		}
+	}
 }
 
 // decideArgs builds decide.lua's keys and arguments for calls whose keys
