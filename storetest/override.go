@@ -36,6 +36,25 @@ func OverrideScenarios() []Scenario {
 		}
 	}
 	return []Scenario{
+		{
+			// What time does not explain lifts a denial at once, also in
+			// a store that caches denials: a refund, a reset, a raise.
+			Name:   "override/lifts-denials",
+			Limits: []fg.Limit{fg.TokenBucket(1, minute, 2)}, // T = 60s, τ = 120s
+			Steps: []Step{
+				{At: 0, N: 2, Want: ok(2, 0, 2*minute)},
+				{At: 0, N: 1, Want: no(2, 0, minute, 2*minute)},
+				{At: sec, Op: Refund, N: 1, Want: ok(2, 1, 59*sec)},
+				{At: sec, N: 1, Want: ok(2, 0, 119*sec)},
+				{At: 2 * sec, N: 1, Want: no(2, 0, 58*sec, 118*sec)},
+				{At: 2 * sec, Op: Reset},
+				{At: 2 * sec, N: 2, Want: ok(2, 0, 2*minute)},
+				{At: 2 * sec, N: 1, Want: no(2, 0, minute, 2*minute)},
+				{At: 2 * sec, Op: Override, Limits: []fg.Limit{fg.TokenBucket(1, minute, 4)}, Strategy: fg.Additive},
+				{At: 2 * sec, N: 1, Want: ov(ok(4, 1, 3*minute))},
+				{At: 2 * sec, N: 2, Want: ov(no(4, 1, minute, 3*minute))},
+			},
+		},
 		bucket4j(fg.Additive, ok(200, 140, 36*minute)),    // TAT kept
 		bucket4j(fg.AsIs, ok(200, 40, 96*minute)),         // 100 charged: TAT 5760s
 		bucket4j(fg.Proportional, ok(200, 80, 72*minute)), // 60 charged: TAT 4320s

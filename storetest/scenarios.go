@@ -257,6 +257,41 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			// Settle corrects an estimate to the real cost: a refund of
+			// the difference, or a charge of it into debt, in quota-sized
+			// charges; the same cost settles nothing.
+			Name:   "token-bucket/settle",
+			Limits: []fg.Limit{fg.TokenBucket(10, sec, 5)},
+			Steps: []Step{
+				{At: 0, N: 5, Want: ok(5, 0, 500*ms)},
+				{At: 0, Op: Settle, N: 5, Cost: 2, Want: ok(5, 3, 200*ms)},
+				{At: 0, Op: Settle, N: 1, Cost: 20, Want: ok(5, 0, 2100*ms)},
+				{At: 1600 * ms, N: 1, Want: no(5, 0, 100*ms, 500*ms)},
+				{At: 1700 * ms, N: 1, Want: ok(5, 0, 500*ms)},
+				{At: 1700 * ms, Op: Settle, N: 1, Cost: 1, Want: ok(5, 0, 500*ms)},
+			},
+		},
+		{
+			Name:   "fixed-window/settle",
+			Limits: []fg.Limit{fg.FixedWindow(5, minute)},
+			Steps: []Step{
+				{At: 0, N: 4, Want: ok(5, 1, minute)},
+				{At: 10 * sec, Op: Settle, N: 4, Cost: 1, Want: ok(5, 4, 50*sec)},
+				{At: 20 * sec, Op: Settle, N: 1, Cost: 12, Want: ok(5, 0, 40*sec)},
+				{At: 30 * sec, N: 1, Want: no(5, 0, 30*sec, 30*sec)},
+				{At: minute, N: 1, Want: ok(5, 4, minute)},
+			},
+		},
+		{
+			Name:   "sliding-log/settle",
+			Limits: []fg.Limit{fg.SlidingLog(3, minute)},
+			Steps: []Step{
+				{At: 0, N: 3, Want: ok(3, 0, minute)},
+				{At: 10 * sec, Op: Settle, N: 3, Cost: 1, Want: ok(3, 2, 50*sec)},
+				{At: 20 * sec, N: 2, Want: ok(3, 0, minute)},
+			},
+		},
+		{
 			// T = 30 days / 1000 = 43m12s.
 			Name:   "token-bucket/30-day-period",
 			Limits: []fg.Limit{fg.TokenBucket(1000, 30*day, 1000)},

@@ -87,6 +87,7 @@ const (
 	Charge             // Limiter.Charge with the step's cost: charged whatever the limits say
 	Refund             // Limiter.Refund with the step's cost: given back
 	Override           // Limiter.SetOverride with the step's Limits and Strategy, or DeleteOverride when Limits is nil
+	Settle             // Limiter.Settle: the step's cost N was charged, Cost was the real cost
 )
 
 // Step is one call in a Scenario, at a time relative to Base.
@@ -106,6 +107,8 @@ type Step struct {
 	Limits   []floodgate.Limit
 	Strategy floodgate.Strategy
 	TTL      time.Duration
+	// Cost is a Settle step's real cost (N is what was charged).
+	Cost int64
 }
 
 // Scenario is a sequence of steps on a fresh store, with the same limits
@@ -145,6 +148,8 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 				got, err = lim.Charge(ctx, key, s.N)
 			case Refund:
 				got, err = lim.Refund(ctx, key, s.N)
+			case Settle:
+				got, err = lim.Settle(ctx, key, s.N, s.Cost)
 			case Reset:
 				err = lim.Reset(ctx, key)
 			case Override:
@@ -163,7 +168,7 @@ func RunScenario(t *testing.T, newStore NewStore, sc Scenario) {
 			}
 			// Source says who decided (a cache, a fallback), not what.
 			got.Source = 0
-			if s.Op == Take || s.Op == Charge || s.Op == Refund {
+			if s.Op == Take || s.Op == Charge || s.Op == Refund || s.Op == Settle {
 				if want.Overridden {
 					want.Name = overrides[key][want.Index].Name()
 				} else {

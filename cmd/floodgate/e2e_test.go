@@ -374,9 +374,11 @@ func TestHTTPAPI(t *testing.T) {
 	}
 }
 
+// rulesV1's api is a sliding log, not a fixed window: a fixed window's
+// boundary at the top of the hour would let a test's third request pass.
 const rulesV1 = `rules:
   - name: api
-    algorithm: fixed-window
+    algorithm: sliding-log
     limit: 2
     window: 1h
   - name: watch
