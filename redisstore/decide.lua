@@ -647,15 +647,28 @@ local function makeCarry()
       if from then return redis.error_reply('FLOODGATE overridden') end
       from = parseOverride(sub(raw, 2), base.keys[1])
       if not from then return redis.error_reply('FLOODGATE invalid limits ' .. raw) end
-    elseif raw ~= '' then
+    else
       if not from then from = base end
-      if ttl > 0 then raw = 'fg1@' .. fmt(now + ttl * 1000) .. sub(raw, 4) end
-      to = parseOverride(raw, base.keys[1])
-      if not to then return redis.error_reply('FLOODGATE invalid override ' .. raw) end
+      if raw ~= '' then
+        if ttl > 0 then raw = 'fg1@' .. fmt(now + ttl * 1000) .. sub(raw, 4) end
+        to = parseOverride(raw, base.keys[1])
+        if not to then return redis.error_reply('FLOODGATE invalid override ' .. raw) end
+      end
+    end
+    -- Every state is read before anything is written, so that a corrupt
+    -- one fails the call with nothing changed.
+    for _, l in ipairs({from, to}) do
+      for i = 1, #l.specs do
+        local r, e = stepOne(l.specs[i], l.keys[i], now, 0, TAKE)
+        if r == nil then return e end
+      end
+    end
+    if rebase then
+      -- the override key is not touched
+    elseif raw ~= '' then
       -- Redis's own expiry only cleans up: the time line decides.
       if ttl > 0 then call('SET', okey, raw, 'PX', ttl + extra) else call('SET', okey, raw) end
     else
-      if not from then from = base end
       call('DEL', okey)
     end
     local keep = {}
