@@ -74,9 +74,14 @@ const (
 	// the same request on the same key a moment ago, and nothing but time
 	// can change that (see redisstore.Options.DenialCache).
 	SourceCache = Source(core.SourceCache)
+	// SourceLease is the Redis store's lease on a hot key: units that this
+	// process took from Redis beforehand, admitted locally (see
+	// redisstore.Options.Leases).
+	SourceLease = Source(core.SourceLease)
 )
 
-// String returns "store", "local", "fail-open", "fail-closed" or "cache".
+// String returns "store", "local", "fail-open", "fail-closed", "cache" or
+// "lease".
 func (s Source) String() string { return core.Source(s).String() }
 
 // result turns a decision against specs into a Result.

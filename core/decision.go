@@ -67,11 +67,15 @@ const (
 	// the same request on the same key a moment ago, and nothing but time
 	// can change that.
 	SourceCache
+	// SourceLease is the Redis store's lease on a hot key: units this
+	// process took from Redis beforehand, admitted locally.
+	SourceLease
 )
 
-var sourceNames = [...]string{"store", "local", "fail-open", "fail-closed", "cache"}
+var sourceNames = [...]string{"store", "local", "fail-open", "fail-closed", "cache", "lease"}
 
-// String returns "store", "local", "fail-open", "fail-closed" or "cache".
+// String returns "store", "local", "fail-open", "fail-closed", "cache" or
+// "lease".
 func (s Source) String() string {
 	if int(s) < len(sourceNames) {
 		return sourceNames[s]

@@ -28,6 +28,14 @@ import (
 // "<prefix>{key}:".
 const liftsChannel = "floodgate:lifts"
 
+// The ack lists' names: a refund's says so, as it ends no lease (a refund
+// takes nothing a lease holds back), where a reset or an override ends
+// the key's leases in every process.
+const (
+	liftAck   = "floodgate:lifts:ack:"
+	refundAck = "floodgate:lifts:ack:r:"
+)
+
 // liftRetry is how long the listener waits before it tries again after
 // losing its subscription.
 const liftRetry = 100 * time.Millisecond
@@ -38,13 +46,16 @@ const liftRetry = 100 * time.Millisecond
 // a denial for a moment longer.
 const LiftWait = 250 * time.Millisecond
 
-// lift tells every denial cache that the key whose Redis keys start with
-// base changed, and waits until they have dropped it (see the file's
+// lift tells every denial cache (and, but for a refund, every lease) that
+// the key whose Redis keys start with base changed, and waits until they have dropped it (see the file's
 // comment). It costs one round trip when no Store listens. It never fails
 // the change that called it, which is made: a listener that does not
 // answer within LiftWait (one closing, or cut off) is not waited for.
-func (s *Store) lift(ctx context.Context, base string) {
-	ack := "floodgate:lifts:ack:" + strconv.FormatUint(rand.Uint64(), 36)
+func (s *Store) lift(ctx context.Context, base string, refund bool) {
+	ack := liftAck + strconv.FormatUint(rand.Uint64(), 36)
+	if refund {
+		ack = refundAck + strconv.FormatUint(rand.Uint64(), 36)
+	}
 	n, err := s.client.Publish(ctx, liftsChannel, ack+" "+base).Result()
 	if err != nil || n == 0 {
 		return
@@ -75,7 +86,9 @@ func (s *Store) listenLifts(ps *redis.PubSub, stop, done chan struct{}) {
 	for {
 		msg, err := ps.Receive(ctx)
 		if err != nil {
-			s.denials.down()
+			if s.denials != nil {
+				s.denials.down()
+			}
 			select {
 			case <-stop:
 				return
@@ -85,7 +98,7 @@ func (s *Store) listenLifts(ps *redis.PubSub, stop, done chan struct{}) {
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			if m.Kind == "subscribe" && s.denials != nil {
 				s.denials.up()
 			}
 		case *redis.Message:
@@ -94,7 +107,12 @@ func (s *Store) listenLifts(ps *redis.PubSub, stop, done chan struct{}) {
 				continue
 			}
 			if key, ok := s.keyOfBase(base); ok {
-				s.denials.forget(key)
+				if s.denials != nil {
+					s.denials.forget(key)
+				}
+				if s.leases != nil && !strings.HasPrefix(ack, refundAck) {
+					s.leases.forget(key)
+				}
 			}
 			// Every listener answers, whatever its prefix: PUBLISH counted
 			// it.

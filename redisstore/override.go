@@ -196,7 +196,10 @@ func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, 
 		return s.wrap(ctx, errors.New(msg))
 	}
 	// Other processes' denial caches drop the key (lifts.go).
-	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]))
+	if s.leases != nil {
+		s.leases.forget(key)
+	}
+	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]), false)
 	return nil
 }
 

@@ -83,6 +83,24 @@ type Options struct {
 	// cuts the cost of abusive clients hammering a denied key. Default:
 	// off.
 	DenialCache bool
+	// Leases, when set, lets a process admit requests on a hot key from a
+	// lease: when a key of a lone bucket limit (token bucket, leaky bucket,
+	// GCRA) is decided twice within a lease's time, its next request also
+	// takes a lease of several units from Redis, in the same charge, and
+	// the process admits the key's next requests from it locally, with
+	// Source floodgate.SourceLease, until it is used up or its time is up;
+	// what is left then goes back with a refund. Every unit was taken from
+	// the shared limit first, so leases never over-admit. What they cost
+	// is fairness between processes: units one process holds can delay
+	// another process's request on the key by at most the lease's time, and
+	// a lease's admissions report Redis's Remaining at the take plus the
+	// lease's units left. A lease is at most LeaseOptions.Share of the
+	// quota and LeaseOptions.Time of the rate (by default a hundredth and
+	// 10ms), and a limit whose lease would be under 2 units gets none. A
+	// reset, a refund or an override of the key, in any process, ends
+	// the leases on it (with the lifts of DenialCache). Default: nil, no
+	// leases.
+	Leases *LeaseOptions
 	// DisableFunctions runs the fast path (one request on one bucket
 	// limit) as a script with EVALSHA even on Redis 7 and later, where by
 	// default the Store loads it as a Redis function library
@@ -104,6 +122,7 @@ type Store struct {
 	owned    bool
 	batch    *batcher // nil when batching is off
 	denials  *denials // nil when the denial cache is off
+	leases   *leases  // nil without leases
 	// With the denial cache, the listener of the lifts (lifts.go): closed
 	// by Close, which waits for liftsDone.
 	liftsStop, liftsDone chan struct{}
@@ -159,12 +178,17 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	if o.Clock != nil {
 		s.extraTTL = injectedClockTTL.Milliseconds()
 	}
+	now := time.Now
+	if o.Clock != nil {
+		now = o.Clock.Now
+	}
 	if o.DenialCache {
-		now := time.Now
-		if o.Clock != nil {
-			now = o.Clock.Now
-		}
 		s.denials = newDenials(now)
+	}
+	if o.Leases != nil {
+		s.leases = newLeases(s, *o.Leases, now)
+	}
+	if o.DenialCache || o.Leases != nil {
 		s.liftsStop, s.liftsDone = make(chan struct{}), make(chan struct{})
 		go s.listenLifts(client.Subscribe(context.Background(), liftsChannel), s.liftsStop, s.liftsDone)
 	}
@@ -269,6 +293,9 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 	}
 	if len(p.specs) == 1 && p.specs[0].Kind == core.Bucket {
 		p.fast = newFastArgs(&p.specs[0], s.extraTTL)
+		if s.leases != nil {
+			p.leaseK = s.leases.opts.leaseSize(&p.specs[0])
+		}
 	}
 	return p, nil
 }
@@ -314,6 +341,7 @@ type policy struct {
 	params   []scriptSpec // per limit: its parameters for decide.lua
 	calendar bool         // a limit is a calendar window: params vary with the time
 	fast     *fastArgs    // a lone bucket: the fast path's arguments; nil otherwise
+	leaseK   int64        // with leases, a lone bucket's lease size; 0 without
 }
 
 // keys returns the Redis keys of key's limits, each built at its exact
@@ -380,6 +408,21 @@ func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Deci
 	if s.closed.Load() {
 		return core.Decision{}, floodgate.ErrClosed
 	}
+	if p.leaseK > 0 && o == opTake && n > 0 && n <= p.leaseK {
+		d, ok, err := s.leases.take(ctx, p, key, n)
+		if err != nil {
+			return core.Decision{}, s.wrap(ctx, err)
+		}
+		if ok {
+			return d, nil
+		}
+	}
+	return p.takeRedis(ctx, key, n, o)
+}
+
+// takeRedis is take, decided by Redis.
+func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core.Decision, error) {
+	s := p.s
 	var sent time.Time
 	if s.denials != nil && o == opTake {
 		if d, ok := s.denials.get(key, p, n); ok {
@@ -411,7 +454,7 @@ func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Deci
 	d := c.decision()
 	if o == opRefund && n > 0 {
 		// Other processes' denial caches drop the key (lifts.go).
-		s.lift(ctx, strings.TrimSuffix(c.keys[0], p.suffixes[0]))
+		s.lift(ctx, strings.TrimSuffix(c.keys[0], p.suffixes[0]), true)
 	}
 	if s.denials != nil && n > 0 {
 		if d.Allowed || o != opTake {
@@ -585,11 +628,14 @@ func (p *policy) Reset(ctx context.Context, key string) error {
 	if s.denials != nil {
 		s.denials.forget(key)
 	}
+	if s.leases != nil {
+		s.leases.forget(key) // a reset key starts full: no lease survives it
+	}
 	keys := p.keys(key)
 	if err := s.client.Del(ctx, keys...).Err(); err != nil {
 		return s.wrap(ctx, err)
 	}
-	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]))
+	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]), false)
 	return nil
 }
 
@@ -626,6 +672,9 @@ func (s *Store) Stats() Stats {
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.leases != nil {
+		s.leases.close() // gives back what the leases have left
 	}
 	if s.batch != nil {
 		s.batch.close()

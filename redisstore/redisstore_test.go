@@ -63,6 +63,9 @@ func TestConformanceBatchOptions(t *testing.T) {
 	t.Run("denial-cache", func(t *testing.T) {
 		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.DenialCache = true }))
 	})
+	t.Run("leases", func(t *testing.T) {
+		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.Leases = &redisstore.LeaseOptions{} }))
+	})
 	t.Run("batches-of-2", func(t *testing.T) {
 		storetest.Run(t, factory(srv.Client(t), func(o *redisstore.Options) { o.MaxBatch, o.MaxInflight = 2, 1 }))
 	})

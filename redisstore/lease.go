@@ -1,0 +1,314 @@
+package redisstore
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/core"
+)
+
+// This file is the leases of Options.Leases. A process that sees a key
+// of a lone bucket limit decided again within a lease's time takes, with
+// its next request, a lease of several units in the same charge, and
+// admits the key's next requests from it without a round trip. What is
+// left when the lease's time is up goes back with a refund. Every unit a
+// lease admits was taken from the shared limit first, so leases never
+// over-admit; what they cost is that units held by one process wait
+// there while another process's request on the key may be denied, for at
+// most the lease's time and at most its units.
+
+// LeaseOptions configures leases (see Options.Leases). The zero value
+// gives the defaults.
+type LeaseOptions struct {
+	// Share is the largest lease as a fraction of the limit's quota (its
+	// burst). Default: 0.01, a hundredth.
+	Share float64
+	// Time is the largest lease in time of the limit's rate, and how long
+	// a lease lasts: what is left of it then goes back. A lease held by
+	// one process delays another process's requests on the key by at most
+	// this. Default: 10ms.
+	Time time.Duration
+}
+
+// leaseSize returns the units of a lease on the bucket sp, or 0 when a
+// lease would be less than 2 units (not worth it).
+func (o *LeaseOptions) leaseSize(sp *core.Spec) int64 {
+	byShare := int64(float64(sp.Quota) * o.Share)
+	byTime, _ := core.MulDiv(sp.Rate, o.Time.Microseconds(), sp.Period)
+	k := min(byShare, byTime)
+	if k < 2 {
+		return 0
+	}
+	return k
+}
+
+const leaseShards = 16
+
+// leases holds a Store's leases and its sweeper, which returns what is
+// left of leases whose time is up.
+type leases struct {
+	s      *Store
+	opts   LeaseOptions
+	seed   maphash.Seed
+	now    func() time.Time // monotonic unless a clock is injected
+	shards [leaseShards]leaseShard
+
+	startOnce sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[leaseKey]*lease
+	// seen is when each recent key was last decided without a lease (µs
+	// on now's clock), to tell hot keys; it starts again empty when it
+	// reaches seenMax.
+	seen map[leaseKey]int64
+}
+
+const seenMax = 4096
+
+type leaseKey struct {
+	p   *policy
+	key string
+}
+
+// lease is a key's lease. While fetching is set, a take of a lease is in
+// flight and the key's other requests wait for it. Otherwise, until
+// expires, units are left to admit; quota, remaining and reset are the
+// take's answer, which the lease's admissions report with its own units
+// added. A lease with cool set and no units sends the key's requests to
+// Redis until expires: a take of a lease was refused.
+type lease struct {
+	fetching chan struct{}
+	units    int64
+	expires  int64 // µs on leases.now's clock
+	cool     bool
+	verdict  core.Verdict
+}
+
+func newLeases(s *Store, o LeaseOptions, now func() time.Time) *leases {
+	if o.Share <= 0 || o.Share > 1 {
+		o.Share = 0.01
+	}
+	if o.Time <= 0 {
+		o.Time = 10 * time.Millisecond
+	}
+	l := &leases{s: s, opts: o, seed: maphash.MakeSeed(), now: now, stop: make(chan struct{}), done: make(chan struct{})}
+	for i := range l.shards {
+		l.shards[i].m = make(map[leaseKey]*lease)
+		l.shards[i].seen = make(map[leaseKey]int64)
+	}
+	return l
+}
+
+func (l *leases) micros() int64 { return l.now().UnixMicro() }
+
+func (l *leases) shard(key string) *leaseShard {
+	return &l.shards[maphash.String(l.seed, key)%leaseShards]
+}
+
+// take decides a request of cost n on key under p, which has one bucket
+// limit and a lease size k > 0: from the key's lease when it has one with
+// n units left, and otherwise from Redis, with a lease of k units taken
+// in the same charge when the key is hot. ok is false when Redis must
+// decide the request the usual way.
+func (l *leases) take(ctx context.Context, p *policy, key string, n int64) (d core.Decision, ok bool, err error) {
+	lk := leaseKey{p, key}
+	sh := l.shard(key)
+	for {
+		sh.mu.Lock()
+		now := l.micros()
+		ls := sh.m[lk]
+		if ls != nil && ls.fetching != nil {
+			ch := ls.fetching
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return core.Decision{}, false, ctx.Err()
+			}
+		}
+		var back int64 // units of an ended lease, to give back
+		if ls != nil {
+			if now < ls.expires {
+				if ls.units >= n {
+					ls.units -= n
+					d = ls.decision(p)
+					sh.mu.Unlock()
+					return d, true, nil
+				}
+				if ls.cool {
+					sh.mu.Unlock()
+					return core.Decision{}, false, nil
+				}
+			}
+			back = ls.units
+			delete(sh.m, lk)
+		}
+		last, seen := sh.seen[lk]
+		hot := ls != nil || (seen && now-last < l.opts.Time.Microseconds())
+		if !hot {
+			if len(sh.seen) >= seenMax {
+				clear(sh.seen)
+			}
+			sh.seen[lk] = now
+			sh.mu.Unlock()
+			return core.Decision{}, false, l.giveBack(ctx, p, key, back)
+		}
+		delete(sh.seen, lk)
+		ls = &lease{fetching: make(chan struct{})}
+		sh.m[lk] = ls
+		sh.mu.Unlock()
+		l.startSweeper()
+		return l.fetch(ctx, p, key, n, lk, sh, ls, back)
+	}
+}
+
+// fetch gives back what an ended lease left, then takes n for the request
+// and a new lease's units in one charge. When that is refused, or the key
+// turns out to have an override, the key cools: its requests go to Redis
+// one by one for a lease's time.
+func (l *leases) fetch(ctx context.Context, p *policy, key string, n int64, lk leaseKey, sh *leaseShard, ls *lease, back int64) (core.Decision, bool, error) {
+	k := p.leaseK
+	err := l.giveBack(ctx, p, key, back)
+	var d core.Decision
+	if err == nil {
+		d, err = p.take(ctx, key, n+k, opTake)
+	}
+	overridden := err == nil && d.Limits != nil
+	if overridden && d.Allowed {
+		// The override's limits decide the key, not the lease's: the
+		// lease's units go back at once.
+		err = l.giveBack(ctx, p, key, k)
+	}
+	sh.mu.Lock()
+	close(ls.fetching)
+	ls.fetching = nil
+	ls.expires = l.micros() + l.opts.Time.Microseconds()
+	granted := err == nil && d.Allowed && !overridden
+	if granted {
+		ls.units = k
+		ls.verdict = d.Verdict
+		d = ls.decision(p)
+		d.Source = core.SourceStore // Redis decided this one
+	} else {
+		ls.cool = true
+	}
+	if err != nil {
+		delete(sh.m, lk)
+	}
+	sh.mu.Unlock()
+	if err != nil || !granted {
+		// Redis decides the request itself.
+		return core.Decision{}, false, err
+	}
+	return d, true, nil
+}
+
+// decision is the answer to a request admitted from ls: the take's, with
+// the lease's units left counted as remaining, and the time they stand
+// for taken off the reset. It is exact at the take, for a key that no
+// other process uses.
+func (ls *lease) decision(p *policy) core.Decision {
+	d := core.Decision{Verdict: ls.verdict, Source: core.SourceLease}
+	d.Remaining += ls.units
+	held, _ := core.MulDiv(ls.units, p.specs[0].Period, p.specs[0].Rate)
+	d.Reset = max(d.Reset-held, 0)
+	return d
+}
+
+// giveBack refunds n units of a lease on key (nothing when n is 0).
+func (l *leases) giveBack(ctx context.Context, p *policy, key string, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: -1, specs: p.params, op: opRefund}
+	if l.s.clock != nil {
+		c.now = l.s.clock.Now().UnixMicro()
+	}
+	l.s.send(ctx, []*call{c})
+	return c.err
+}
+
+// forget drops key's leases without giving their units back: the key was
+// reset, overridden or refunded, and its state is Redis's again.
+func (l *leases) forget(key string) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	for lk, ls := range sh.m {
+		if lk.key == key && ls.fetching == nil {
+			delete(sh.m, lk)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+func (l *leases) startSweeper() {
+	l.startOnce.Do(func() { go l.sweep() })
+}
+
+// sweep gives back, every lease's time, what is left of the leases whose
+// time is up, until close.
+func (l *leases) sweep() {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.Time)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.returnEnded(false)
+		}
+	}
+}
+
+// returnEnded gives back what is left of every lease whose time is up, or
+// of every lease when all is set.
+func (l *leases) returnEnded(all bool) {
+	type ended struct {
+		lk leaseKey
+		n  int64
+	}
+	var back []ended
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		now := l.micros()
+		for lk, ls := range sh.m {
+			if ls.fetching == nil && (all || now >= ls.expires) {
+				if ls.units > 0 {
+					back = append(back, ended{lk, ls.units})
+				}
+				delete(sh.m, lk)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for _, e := range back {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		l.giveBack(ctx, e.lk.p, e.lk.key, e.n) // a failure loses the units until they refill: never an over-admission
+		cancel()
+	}
+}
+
+// close stops the sweeper and gives back what every lease has left.
+func (l *leases) close() {
+	started := false
+	l.startOnce.Do(func() { close(l.done) }) // never started: nothing to wait for
+	select {
+	case <-l.done:
+	default:
+		started = true
+	}
+	if started {
+		close(l.stop)
+		<-l.done
+	}
+	l.returnEnded(true)
+}

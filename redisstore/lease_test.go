@@ -1,0 +1,152 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+// Leases on a fixed clock, step by step: a cold key goes to Redis, a hot
+// one takes a lease with its request, the lease admits locally with the
+// answers Redis would give, a used-up lease is followed by the next, a
+// reset in another process ends it, and Close gives back what is left.
+func TestLeaseSteps(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.Base)
+	opts := &redisstore.Options{Prefix: "l:", Clock: clock, Leases: &redisstore.LeaseOptions{Share: 0.1, Time: 100 * time.Millisecond}}
+	a := newStore(t, srv.Client(t), opts)
+	b := newStore(t, srv.Client(t), &redisstore.Options{Prefix: "l:", Clock: clock})
+	limit := floodgate.TokenBucket(100, time.Second, 1000) // a lease: min(10% of 1000, 100ms of 100/s) = 10 units
+	la, lb := limiter(t, a, limit), limiter(t, b, limit)
+	ctx := context.Background()
+	type want struct {
+		source    floodgate.Source
+		remaining int64
+	}
+	step := func(i int, w want) {
+		t.Helper()
+		r, err := la.Allow(ctx, "k")
+		if err != nil || !r.Allowed || r.Source != w.source || r.Remaining != w.remaining {
+			t.Fatalf("decision %d = %+v, %v; want allowed from %s with %d left", i, r, err, w.source, w.remaining)
+		}
+		// T = 10ms: the reset is exactly the units used.
+		if r.ResetAfter != time.Duration(1000-r.Remaining)*10*time.Millisecond {
+			t.Fatalf("decision %d: reset %s with %d left", i, r.ResetAfter, r.Remaining)
+		}
+	}
+	step(1, want{floodgate.SourceStore, 999}) // cold: Redis
+	step(2, want{floodgate.SourceStore, 998}) // hot: Redis, with a lease of 10 (Redis has 988)
+	for i := 3; i <= 12; i++ {
+		step(i, want{floodgate.SourceLease, 1000 - int64(i)})
+	}
+	step(13, want{floodgate.SourceStore, 987}) // used up: the next lease
+	if r, err := lb.Peek(ctx, "k"); err != nil || r.Remaining != 977 {
+		t.Fatalf("Redis's own count = %+v, %v; want 977 (987 less the lease's 10)", r, err)
+	}
+	step(14, want{floodgate.SourceLease, 986})
+
+	// The lease's time is up: what is left goes back, the key is hot, so
+	// the next request takes a new lease.
+	clock.Advance(100 * time.Millisecond) // 10 units restored
+	step(15, want{floodgate.SourceStore, 995})
+	if r, err := lb.Peek(ctx, "k"); err != nil || r.Remaining != 985 {
+		t.Fatalf("Redis after the ended lease's 9 came back and a new one was taken = %+v, %v; want 985", r, err)
+	}
+
+	// A reset in another process ends the lease: the next request is
+	// Redis's, on a full key.
+	if err := lb.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease to end", func() bool {
+		r, err := lb.Peek(ctx, "k")
+		return err == nil && r.Remaining == 1000
+	})
+	r, err := la.Allow(ctx, "k")
+	if err != nil || r.Source == floodgate.SourceLease || r.Remaining > 999 {
+		t.Fatalf("after a reset elsewhere = %+v, %v; want Redis's answer", r, err)
+	}
+
+	// Close gives back what the lease has left.
+	step(17, want{floodgate.SourceStore, r.Remaining - 1}) // hot again: a lease
+	step(18, want{floodgate.SourceLease, r.Remaining - 2})
+	before, _ := lb.Peek(ctx, "k")
+	a.Close()
+	after, err := lb.Peek(ctx, "k")
+	if err != nil || after.Remaining <= before.Remaining {
+		t.Fatalf("after Close: %d left, before %d; want the lease's units back", after.Remaining, before.Remaining)
+	}
+}
+
+// Several stores on one Redis, each with leases and 16 goroutines on one
+// hot key: none admits a unit that the shared limit did not give, and
+// Redis sees a small fraction of the decisions.
+func TestLeasesNeverOverAdmit(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	const rate, burst = 20000, 2000 // leases of min(20, 200) = 20 units
+	limit := floodgate.TokenBucket(rate, time.Second, burst)
+	var lims []*floodgate.Limiter
+	for range 3 {
+		st := newStore(t, srv.Client(t), &redisstore.Options{Leases: &redisstore.LeaseOptions{}})
+		lims = append(lims, limiter(t, st, limit))
+	}
+	client.ConfigResetStat(ctx)
+	start, _ := client.Time(ctx).Result()
+	stop := time.Now().Add(time.Second)
+	var admitted, decisions, leased atomic.Int64
+	var wg sync.WaitGroup
+	for _, lim := range lims {
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(stop) {
+					r, err := lim.Allow(ctx, "hot")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					decisions.Add(1)
+					if r.Allowed {
+						admitted.Add(1)
+					}
+					if r.Source == floodgate.SourceLease {
+						leased.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	end, _ := client.Time(ctx).Result()
+	_, calls := scriptStats(t, client)
+	bound := burst + rate*end.Sub(start).Seconds()
+	t.Logf("%d decisions, %d admitted (%d from leases), bound %.0f; %.0f script calls (%.3f per decision)",
+		decisions.Load(), admitted.Load(), leased.Load(), bound, calls, calls/float64(decisions.Load()))
+	if float64(admitted.Load()) > bound {
+		t.Fatalf("admitted %d, more than the shared limit's %.0f", admitted.Load(), bound)
+	}
+	if leased.Load() == 0 {
+		t.Fatal("no decision came from a lease")
+	}
+}
+
+// waitFor polls cond every millisecond, for at most 5s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
