@@ -153,11 +153,18 @@ func validate(path string, stdout, stderr io.Writer) int {
 			}
 			ls = append(ls, l.String())
 		}
-		shadow := ""
+		var notes []string
 		if r.Shadow {
-			shadow = " (shadow)"
+			notes = append(notes, "shadow")
 		}
-		fmt.Fprintf(stdout, "  %s%s: %s\n", r.Name, shadow, strings.Join(ls, "; "))
+		if r.OnChange != floodgate.Additive {
+			notes = append(notes, "on_change "+r.OnChange.String())
+		}
+		note := ""
+		if notes != nil {
+			note = " (" + strings.Join(notes, ", ") + ")"
+		}
+		fmt.Fprintf(stdout, "  %s%s: %s\n", r.Name, note, strings.Join(ls, "; "))
 	}
 	names := make([]string, 0, len(cfg.Domains))
 	for name := range cfg.Domains {

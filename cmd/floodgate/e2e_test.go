@@ -381,6 +381,7 @@ const rulesV1 = `rules:
     algorithm: sliding-log
     limit: 2
     window: 1h
+    on_change: proportional
   - name: watch
     algorithm: sliding-log
     limit: 1
@@ -770,7 +771,8 @@ func TestEnvoyService(t *testing.T) {
 	// refuses two files of one domain.
 	writeFile(t, filepath.Join(dir, "rules.yaml"), rulesV1)
 	out, err := exec.Command(binary, "check", "--config", dir).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "1 envoy domains, valid") || !strings.Contains(string(out), "edge.remote_address: 10 per 1h0m0s") {
+	if err != nil || !strings.Contains(string(out), "1 envoy domains, valid") || !strings.Contains(string(out), "edge.remote_address: 10 per 1h0m0s") ||
+		!strings.Contains(string(out), "api (on_change proportional): sliding-log 2/1h0m0s") || !strings.Contains(string(out), "watch (shadow): ") {
 		t.Errorf("check --config: %v\n%s", err, out)
 	}
 	writeFile(t, filepath.Join(dir, "again.yaml"), domain(3))
