@@ -80,8 +80,12 @@ type result struct {
 	interleaved bool          // redisCPU was not measured
 	admitted    int64
 	exact       int64 // what an exact limiter admits on the same arrivals
-	ideal       int64
-	latMeasured bool
+	// exactLo and exactHi: the same, with each request at the start and
+	// at the end of its call, between which it was decided; 0 when the
+	// run was not recorded.
+	exactLo, exactHi int64
+	ideal            int64
+	latMeasured      bool
 }
 
 func main() {
@@ -113,6 +117,13 @@ func main() {
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
 	defer client.Close()
 	ctx := context.Background()
+	serverClock = func() time.Time {
+		t, err := client.Time(ctx).Result()
+		if err != nil {
+			log.Fatal(err)
+		}
+		return t
+	}
 	zstore := zredis.MustNewRedis(zredis.RedisConf{Host: addr, Type: zredis.NodeType})
 
 	fg := redisstore.New(client, &redisstore.Options{Prefix: "fg:", DenialCache: true, MaxInflight: *inflight})
@@ -220,8 +231,8 @@ func main() {
 	client.FlushAll(ctx)
 	ceiling := scriptCeiling(ctx, client, addr)
 	var fgAt64 []string // floodgate's 64-goroutine rows against the ceiling
-	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / exact | admitted / ideal |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / exact | exact at call starts … ends | admitted / ideal |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
 		if !strings.Contains(sc.name, *only) {
 			continue
@@ -280,8 +291,17 @@ func main() {
 					cpu = fmt.Sprintf("%.1fµs", float64(m.redisCPU)/float64(time.Microsecond))
 				}
 			}
-			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) | %.1f%% |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
-				m.perSec/base, m.admitted, m.exact, 100*float64(m.admitted)/float64(m.exact), 100*float64(m.admitted)/float64(m.ideal))
+			band := "-"
+			if m.exactHi > 0 {
+				lo, hi := min(m.exactLo, m.exactHi), max(m.exactLo, m.exactHi)
+				within := "within"
+				if m.admitted < lo || m.admitted > hi {
+					within = "OUTSIDE"
+				}
+				band = fmt.Sprintf("%d … %d (%s)", m.exactLo, m.exactHi, within)
+			}
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) | %s | %.1f%% |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
+				m.perSec/base, m.admitted, m.exact, 100*float64(m.admitted)/float64(m.exact), band, 100*float64(m.admitted)/float64(m.ideal))
 		}
 	}
 	if ceiling > 0 && len(fgAt64) > 0 {
@@ -365,6 +385,10 @@ func runInterleaved(ds []decider, sc scenario, dur time.Duration) []result {
 // a decision takes about as long as reading the clock, latency is not
 // measured.
 func run(d decider, sc scenario, dur time.Duration) result {
+	var serverStart time.Time
+	if sc.record && !sc.inProcess && serverClock != nil {
+		serverStart = serverClock()
+	}
 	names := make([]string, sc.keys)
 	for i := range names {
 		names[i] = "k" + strconv.Itoa(i)
@@ -411,7 +435,7 @@ func run(d decider, sc scenario, dur time.Duration) result {
 					if sc.record {
 						// The decision was made between t0 and t0+l;
 						// the middle is the best guess of when.
-						arrivals[g] = append(arrivals[g], arrival{at: t0.Add(l / 2), key: int32(k), ok: ok})
+						arrivals[g] = append(arrivals[g], arrival{at: t0.Add(l / 2), from: t0, to: t0.Add(l), key: int32(k), ok: ok})
 					}
 				}
 				counts[g]++
@@ -425,6 +449,9 @@ func run(d decider, sc scenario, dur time.Duration) result {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if !serverStart.IsZero() {
+		onServerClock(arrivals, start, elapsed, serverStart, serverClock())
+	}
 	var total, adm, ideal int64
 	for g := range counts {
 		total += counts[g]
@@ -435,10 +462,15 @@ func run(d decider, sc scenario, dur time.Duration) result {
 		ideal += min(requests[k].Load(), most)
 	}
 	exact := total // the limit admits everything, and so would an exact limiter
+	var exactLo, exactHi int64
 	if sc.record {
-		exact = exactAdmissions(arrivals, sc)
+		exact = exactAdmissions(arrivals, sc, func(a arrival) time.Time { return a.at })
+		if !sc.inProcess {
+			exactLo = exactAdmissions(arrivals, sc, func(a arrival) time.Time { return a.from })
+			exactHi = exactAdmissions(arrivals, sc, func(a arrival) time.Time { return a.to })
+		}
 	}
-	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, admitted: adm, exact: exact, ideal: ideal}
+	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, admitted: adm, exact: exact, exactLo: exactLo, exactHi: exactHi, ideal: ideal}
 	if !sc.inProcess {
 		all := slices.Concat(lat...)
 		slices.Sort(all)
@@ -459,6 +491,7 @@ func median(rs []result) result {
 	// Admitted, exact and ideal stay together, from the median-throughput run.
 	i := slices.IndexFunc(rs, func(r result) bool { return r.perSec == m.perSec })
 	m.admitted, m.exact, m.ideal = rs[i].admitted, rs[i].exact, rs[i].ideal
+	m.exactLo, m.exactHi = rs[i].exactLo, rs[i].exactHi
 	return m
 }
 
@@ -539,12 +572,35 @@ func redisVersion(c *redis.Client) string {
 	return "?"
 }
 
+// serverClock reads Redis's TIME, the clock the Redis limiters decide
+// on; set by main.
+var serverClock func() time.Time
+
+// onServerClock moves a run's recorded times, read on this process's
+// monotonic clock from start over elapsed, onto Redis's clock, read at
+// the run's start and end. The two disagree on this VM by up to a
+// millisecond a second (its wall clock is disciplined, in steps or
+// slews, and Redis reads the wall clock): an exact replay on the local
+// clock then credits a hot key with refills that Redis never saw.
+func onServerClock(arrivals [][]arrival, start time.Time, elapsed time.Duration, s0, s1 time.Time) {
+	scale := float64(s1.Sub(s0)) / float64(elapsed)
+	move := func(t time.Time) time.Time { return s0.Add(time.Duration(float64(t.Sub(start)) * scale)) }
+	for g := range arrivals {
+		for i := range arrivals[g] {
+			a := &arrivals[g][i]
+			a.at, a.from, a.to = move(a.at), move(a.from), move(a.to)
+		}
+	}
+}
+
 // arrival is one request of a recorded run: when it was decided (the
-// middle of its call), on which key, and whether it was admitted.
+// middle of its call, our best guess; from and to are the call's start
+// and end, between which it was), on which key, and whether it was
+// admitted.
 type arrival struct {
-	at  time.Time
-	key int32
-	ok  bool
+	at, from, to time.Time
+	key          int32
+	ok           bool
 }
 
 // exactAdmissions replays a run's arrivals, key by key in time order,
@@ -552,20 +608,20 @@ type arrival struct {
 // token bucket on a fixed clock), and returns how many it admits: the
 // reference that every peer's admissions are compared with, the same for
 // all of them.
-func exactAdmissions(arrivals [][]arrival, sc scenario) int64 {
+func exactAdmissions(arrivals [][]arrival, sc scenario, at func(arrival) time.Time) int64 {
 	all := slices.Concat(arrivals...)
 	if len(all) == 0 {
 		return 0
 	}
-	slices.SortFunc(all, func(a, b arrival) int { return a.at.Compare(b.at) })
-	e, err := storetest.NewExact(all[0].at, floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst)))
+	slices.SortFunc(all, func(a, b arrival) int { return at(a).Compare(at(b)) })
+	e, err := storetest.NewExact(at(all[0]), floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst)))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer e.Close()
 	var n int64
 	for _, a := range all {
-		if e.Allow(strconv.Itoa(int(a.key)), a.at) {
+		if e.Allow(strconv.Itoa(int(a.key)), at(a)) {
 			n++
 		}
 	}
