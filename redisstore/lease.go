@@ -227,10 +227,7 @@ func (l *leases) giveBack(ctx context.Context, p *policy, key string, n int64) e
 	if n <= 0 {
 		return nil
 	}
-	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: -1, specs: p.params, op: opRefund}
-	if l.s.clock != nil {
-		c.now = l.s.clock.Now().UnixMicro()
-	}
+	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: l.s.nowArg(), specs: p.params, op: opRefund}
 	l.s.send(ctx, []*call{c})
 	return c.err
 }

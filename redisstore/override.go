@@ -166,10 +166,30 @@ func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, 
 	if o != nil {
 		raw, ttl = encodeOverride(o.Limits), o.TTL.Milliseconds()
 	}
-	now := int64(-1)
-	if s.clock != nil {
-		now = s.clock.Now().UnixMicro()
+	keys := p.keys(key)
+	msg, err := p.runCarry(ctx, key, keys, st, raw, ttl)
+	if err != nil {
+		return s.wrap(ctx, err)
 	}
+	if msg != "" {
+		return s.wrap(ctx, errors.New(msg))
+	}
+	// Other processes' denial caches and leases drop the key (lifts.go).
+	if s.leases != nil {
+		s.leases.forget(key)
+	}
+	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]), false)
+	return nil
+}
+
+// runCarry sends decide.lua's item "o" for key, whose Redis keys under p
+// are keys, in one script call: raw is an override's value to set ("" deletes the key's
+// override) with its TTL in ms, or "<" and old limits to carry the key
+// from (see Rebase). It drops the key's cached denial, and returns the
+// script's error reply, if any, as msg.
+func (p *policy) runCarry(ctx context.Context, key string, keys []string, st core.Strategy, raw string, ttl int64) (msg string, err error) {
+	s := p.s
+	now := s.nowArg()
 	params := p.params
 	if p.calendar {
 		params = p.calendarParams(now)
@@ -183,24 +203,15 @@ func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, 
 	for i := range params {
 		args = append(args, i+1)
 	}
-	keys := p.keys(key)
 	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
 	if s.denials != nil {
 		s.denials.forget(key)
 	}
-	if err != nil {
-		return s.wrap(ctx, err)
+	if err != nil || len(res) == 0 {
+		return "", err
 	}
-	if len(res) > 0 {
-		msg, _ := res[0].(string)
-		return s.wrap(ctx, errors.New(msg))
-	}
-	// Other processes' denial caches drop the key (lifts.go).
-	if s.leases != nil {
-		s.leases.forget(key)
-	}
-	s.lift(ctx, strings.TrimSuffix(keys[0], p.suffixes[0]), false)
-	return nil
+	msg, _ = res[0].(string)
+	return msg, nil
 }
 
 // GetOverride implements core.Overrider with a GET (and a TIME for an
@@ -282,17 +293,7 @@ func (p *policy) ListOverrides(ctx context.Context, fn func(key string, o core.O
 		}
 		return iter.Err()
 	}
-	var err error
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex // fn is called from one master at a time
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return scan(ctx, c)
-		})
-	} else {
-		err = scan(ctx, s.client)
-	}
+	err := s.forEachServer(ctx, scan)
 	if err == nil || errors.Is(err, stop) {
 		return nil
 	}
@@ -327,7 +328,31 @@ func expiresOf(raw string) int64 {
 	return n
 }
 
-// now returns the decisions' time, µs: the injected clock's, or the
+// forEachServer calls fn with every server that holds keys, one at a
+// time: each master of a Cluster, or the one server.
+func (s *Store) forEachServer(ctx context.Context, fn func(ctx context.Context, c redis.Cmdable) error) error {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return fn(ctx, s.client)
+	}
+	var mu sync.Mutex // ForEachMaster calls at once; fn runs one at a time
+	return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return fn(ctx, c)
+	})
+}
+
+// nowArg is the time a script call is sent with: the injected clock's,
+// in µs, or -1 for the server's TIME.
+func (s *Store) nowArg() int64 {
+	if s.clock != nil {
+		return s.clock.Now().UnixMicro()
+	}
+	return -1
+}
+
+// nowOn returns the decisions' time, µs: the injected clock's, or the
 // server's TIME (on c).
 func (s *Store) nowOn(ctx context.Context, c redis.Cmdable) (int64, error) {
 	if s.clock != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -82,16 +81,7 @@ func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (in
 		}
 		return nil
 	}
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		var mu sync.Mutex // the masters are scanned at once; the counts are shared
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return scan(ctx, c)
-		})
-	} else {
-		err = scan(ctx, s.client)
-	}
+	err = s.forEachServer(ctx, scan)
 	if err != nil && !errors.Is(err, floodgate.ErrStore) {
 		err = s.wrap(ctx, err)
 	}
@@ -105,32 +95,14 @@ const overriddenReply = "FLOODGATE overridden"
 // carryFrom carries key from the limits raw ("<" and their encoding) to
 // p's, in one script call; it returns 1, or 0 for a key with an override.
 func (p *policy) carryFrom(ctx context.Context, key, raw string, st core.Strategy) (int, error) {
-	s := p.s
-	now := int64(-1)
-	if s.clock != nil {
-		now = s.clock.Now().UnixMicro()
-	}
-	args := make([]any, 0, 9+scriptSpecLen*len(p.params)+len(p.params))
-	args = append(args, s.extraTTL, len(p.params))
-	for i := range p.params {
-		args = p.params[i].appendArgs(args)
-	}
-	args = append(args, 1, "o", int(st), raw, 0, now, len(p.params))
-	for i := range p.params {
-		args = append(args, i+1)
-	}
-	res, err := decideScript.Run(ctx, s.client, p.keys(key), args...).Slice()
-	if s.denials != nil {
-		s.denials.forget(key)
-	}
-	if err != nil {
+	msg, err := p.runCarry(ctx, key, p.keys(key), st, raw, 0)
+	switch {
+	case err != nil:
 		return 0, err
-	}
-	if len(res) > 0 {
-		if msg, _ := res[0].(string); msg != overriddenReply {
-			return 0, errors.New(msg)
-		}
+	case msg == overriddenReply:
 		return 0, nil
+	case msg != "":
+		return 0, errors.New(msg)
 	}
 	return 1, nil
 }

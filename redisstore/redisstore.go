@@ -430,10 +430,7 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 		}
 		sent = s.denials.now()
 	}
-	now := int64(-1)
-	if s.clock != nil {
-		now = s.clock.Now().UnixMicro()
-	}
+	now := s.nowArg()
 	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: now, specs: p.params, op: o}
 	if p.calendar {
 		c.specs = p.calendarParams(now)
@@ -518,10 +515,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	if len(reqs) == 0 {
 		return nil
 	}
-	now := int64(-1)
-	if s.clock != nil {
-		now = s.clock.Now().UnixMicro()
-	}
+	now := s.nowArg()
 	members, block := make([]*call, len(reqs)), make([]call, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
