@@ -41,25 +41,33 @@
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
 -- (prelude.lua comes first: mulDiv, stepBucket, fmt, fmt5, timeline,
--- parseBucket, fmtBucket, decideBucket, corrupt, wrongType; then a call
--- of init().)
+-- parseBucket, fmtBucket, decideBucket, corrupt, wrongType.) This file
+-- defines decideBatch(keys, argv), which decides one call. As a script,
+-- the chunk ends by calling it with KEYS and ARGV; in the function library
+-- the chunk runs once, at load, and each FCALL calls it: that spares Redis
+-- building every helper below at every call.
 
 local BUCKET, FIXED, SLIDING, LOG = 1, 2, 3, 4
 
+-- The call's keys and arguments, as KEYS and ARGV are to a script, and
+-- what the call has read and written. decideBatch sets them all afresh at
+-- each call: in the library they live on from one call to the next.
+local KEYS, ARGV
+-- ms added to every expiry (ARGV[1]), the call's limits (see readSpec),
+-- and the server's TIME in µs once the call has read it.
+local extra, specs, servernow
 -- The string states that this batch has read or written, by key, parsed
 -- into their five numbers (false for a missing key), and the writes to
 -- make when the batch ends, so that a key decided many times in one batch
 -- (a hot key) is read once and written once. Each write is the key's last
 -- state with the expiry its last decision gave it (false: keep the
 -- expiry), exactly as one call per decision would leave it.
-local states, ttls, dirty = {}, {}, {}
-
+local states, ttls, dirty
 -- The string keys that hold buckets, which are written by fmtBucket.
-local buckets = {}
-
+local buckets
 -- The overrides this batch has read or written, by override key: the
 -- parsed override (see parseOverride), or false for none.
-local overrides = {}
+local overrides
 
 -- lookupOverride returns the override of the key whose first state key
 -- is firstKey at now, false for none (or an expired one), or nil and an
@@ -498,12 +506,6 @@ local function readSpec(a)
 end
 
 local SPEC_LEN = 11
-local extra = tonumber(ARGV[1])
-local nspecs = tonumber(ARGV[2])
-local specs = {}
-for j = 1, nspecs do specs[j] = readSpec(2 + (j - 1) * SPEC_LEN) end
-
-local servernow -- the server's TIME in µs, read once per batch
 
 -- serverNow returns now, or for -1 the server's TIME.
 local function serverNow(now)
@@ -714,31 +716,41 @@ local function makeCarry()
   return carry
 end
 
-local out = {}
-local k0, a = 0, 3 + SPEC_LEN * nspecs
-for _ = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
-  local head, err = sub(ARGV[a + 1], 1, 1), nil
-  if head == 'g' or head == 'G' then
-    k0, a, err = decideGroup(k0, a + 1, tonumber(sub(ARGV[a + 1], 2)), head == 'G', out)
-  elseif head == 'o' then
-    local nb = tonumber(ARGV[a + 6])
-    err = makeCarry()(k0, a, nb)
-    k0, a = k0 + nb, a + 6 + nb
-  else
-    local nk, n, now, mode = readRequest(a)
-    err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
-    k0, a = k0 + nk, a + 3 + nk
+-- decideBatch decides one call: its items, in order (see the top of this
+-- file), and then writes the string states they changed.
+local function decideBatch(keys, argv)
+  KEYS, ARGV = keys, argv
+  states, ttls, dirty, buckets, overrides, servernow = {}, {}, {}, {}, {}, nil
+  extra = tonumber(ARGV[1])
+  local nspecs = tonumber(ARGV[2])
+  specs = {}
+  for j = 1, nspecs do specs[j] = readSpec(2 + (j - 1) * SPEC_LEN) end
+  local out = {}
+  local k0, a = 0, 3 + SPEC_LEN * nspecs
+  for _ = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
+    local head, err = sub(ARGV[a + 1], 1, 1), nil
+    if head == 'g' or head == 'G' then
+      k0, a, err = decideGroup(k0, a + 1, tonumber(sub(ARGV[a + 1], 2)), head == 'G', out)
+    elseif head == 'o' then
+      local nb = tonumber(ARGV[a + 6])
+      err = makeCarry()(k0, a, nb)
+      k0, a = k0 + nb, a + 6 + nb
+    else
+      local nk, n, now, mode = readRequest(a)
+      err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
+      k0, a = k0 + nk, a + 3 + nk
+    end
+    if err then out[#out + 1] = err.err end
   end
-  if err then out[#out + 1] = err.err end
-end
-for _, key in ipairs(dirty) do
-  local v = states[key]
-  if not v then
-    call('DEL', key) -- forgotten (see forget)
-  else
-    local value
-    if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5]) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
-    if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
+  for _, key in ipairs(dirty) do
+    local v = states[key]
+    if not v then
+      call('DEL', key) -- forgotten (see forget)
+    else
+      local value
+      if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5]) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
+      if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
+    end
   end
+  return out
 end
-return out

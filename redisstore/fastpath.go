@@ -29,26 +29,32 @@ var bucketSource string
 // bucketScript is the fast path as a script.
 var bucketScript = redis.NewScript(preludeSource + "init()\n" + bucketSource)
 
-// The function library holds the fast path as a Redis function (Redis 7
-// and later), called with FCALL. It decides exactly as bucketScript does,
-// with the same code, but costs Redis about a tenth fewer instructions
-// per call: a script's chunk runs at every call, binding its globals and
-// building its helper closures each time, where a library's runs once,
-// at load. The library and its function are named by a hash of the
-// library's code, so that floodgate versions sharing a Redis never call
-// each other's code.
+// The function library holds the fast path and decide.lua as Redis
+// functions (Redis 7 and later), called with FCALL. They decide exactly as
+// bucketScript and decideScript do, with the same code, but cost Redis
+// less per call: a script's chunk runs at every call, binding its globals
+// and building its helper closures each time, where a library's runs
+// once, at load. For decide.lua, whose chunk builds some thirty helpers,
+// that is most of the cost of a call that decides one request. The
+// library and its functions are named by a hash of the library's code, so
+// that floodgate versions sharing a Redis never call each other's code.
 var (
 	libraryCode, libraryName = library()
 	bucketFunction           = libraryName + "_bucket"
+	decideFunction           = libraryName + "_decide"
 )
 
 func library() (code, name string) {
-	body := preludeSource + "local function fastpath(KEYS, ARGV)\n" + bucketSource + "end\n"
+	body := preludeSource + "local function fastpath(KEYS, ARGV)\n" + bucketSource + "end\n" + decideSource
 	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body)))[:26]
 	code = "#!lua name=" + name + "\n" + body +
 		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
 		"  if not call then init() end\n" +
 		"  return fastpath(keys, args)\n" +
+		"end)\n" +
+		"redis.register_function('" + name + "_decide', function(keys, args)\n" +
+		"  if not call then init() end\n" +
+		"  return decideBatch(keys, args)\n" +
 		"end)\n"
 	return code, name
 }
@@ -250,10 +256,21 @@ var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 // runBucket runs the fast path: with FCALL while Redis takes it, and with
 // EVALSHA otherwise.
 func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis.Cmd {
+	return s.run(ctx, bucketFunction, bucketScript, keys, arg)
+}
+
+// runDecide runs decide.lua, as runBucket runs the fast path.
+func (s *Store) runDecide(ctx context.Context, keys []string, args ...any) *redis.Cmd {
+	return s.run(ctx, decideFunction, decideScript, keys, args...)
+}
+
+// run calls the library's function fn while Redis takes functions, and
+// runs script, its equal, otherwise.
+func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if s.noFunctions.Load() {
-		return bucketScript.Run(ctx, s.client, keys, arg)
+		return script.Run(ctx, s.client, keys, args...)
 	}
-	cmd := s.client.FCall(ctx, bucketFunction, keys, arg)
+	cmd := s.client.FCall(ctx, fn, keys, args...)
 	if functionMissing(cmd.Err()) {
 		// Never loaded here, flushed, or a failover to a server without
 		// it: load it, then call again.
@@ -263,9 +280,9 @@ func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis
 				return cmd
 			}
 			s.noFunctions.Store(true) // refused: use scripts
-			return bucketScript.Run(ctx, s.client, keys, arg)
+			return script.Run(ctx, s.client, keys, args...)
 		}
-		cmd = s.client.FCall(ctx, bucketFunction, keys, arg)
+		cmd = s.client.FCall(ctx, fn, keys, args...)
 	}
 	err := cmd.Err()
 	switch {
@@ -279,7 +296,7 @@ func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis
 	default:
 		return cmd // a failure to reach Redis, or the function's own error
 	}
-	return bucketScript.Run(ctx, s.client, keys, arg)
+	return script.Run(ctx, s.client, keys, args...)
 }
 
 // functionMissing reports whether err is Redis saying the library is not

@@ -203,7 +203,7 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 	for i := range params {
 		args = append(args, i+1)
 	}
-	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	res, err := p.s.runDecide(ctx, keys, args...).Slice()
 	if s.denials != nil {
 		s.denials.forget(key)
 	}

@@ -23,9 +23,13 @@ var (
 	decideSource string
 )
 
-// decideScript is immutable; go-redis runs it with EVALSHA and falls back
-// to EVAL (which loads it) when Redis answers NOSCRIPT.
-var decideScript = redis.NewScript(preludeSource + "init()\n" + decideSource)
+// decideScript is decide.lua as a script, for a Redis without functions
+// (see library). It is immutable; go-redis runs it with EVALSHA and falls
+// back to EVAL (which loads it) when Redis answers NOSCRIPT. The script's
+// KEYS and ARGV are taken before decide.lua's locals of the same names
+// hide them.
+var decideScript = redis.NewScript("local scriptKeys, scriptArgv = KEYS, ARGV\n" +
+	preludeSource + "init()\n" + decideSource + "return decideBatch(scriptKeys, scriptArgv)\n")
 
 // scriptSpec is one limit's parameters as decide.lua reads them, in this
 // order, into a table with fields of the same names (see readSpec there).
@@ -79,7 +83,7 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 		s.batch.scripts.Add(1)
 		s.batch.decisions.Add(uint64(len(calls)))
 	}
-	res, err := decideScript.Run(ctx, s.client, keys, args...).Slice()
+	res, err := s.runDecide(ctx, keys, args...).Slice()
 	s.decideResult(calls, res, err)
 	for _, c := range calls {
 		if c.err == nil {
