@@ -2,9 +2,9 @@
 // share one limit. Every decision is one atomic Lua script, run with
 // EVALSHA (and reloaded transparently after SCRIPT FLUSH, a restart or a
 // failover), timed by the Redis server's clock so that the application
-// servers' clocks do not matter. On Redis 7 and later the commonest
-// decision, one request on one bucket limit, runs as a Redis function
-// (FCALL) instead, which costs Redis less; see Options.DisableFunctions.
+// servers' clocks do not matter. On Redis 7 and later the scripts run as
+// the functions of a Redis function library (FCALL) instead, which costs
+// Redis less; see Options.DisableFunctions.
 //
 // Prepare (which floodgate.NewLimiter calls once per Limiter) works out
 // what every decision on its limits sends: the keys' suffixes, each limit's
@@ -101,11 +101,10 @@ type Options struct {
 	// the leases on it (with the lifts of DenialCache). Default: nil, no
 	// leases.
 	Leases *LeaseOptions
-	// DisableFunctions runs the fast path (one request on one bucket
-	// limit) as a script with EVALSHA even on Redis 7 and later, where by
-	// default the Store loads it as a Redis function library
-	// (FUNCTION LOAD, named floodgate_<hash>) and calls it with FCALL,
-	// which costs Redis less. The Store falls back to EVALSHA by itself
+	// DisableFunctions runs decisions as scripts with EVALSHA even on
+	// Redis 7 and later, where by default the Store loads its scripts as a
+	// Redis function library (FUNCTION LOAD, named floodgate_<hash>) and
+	// calls its functions with FCALL, which costs Redis less. The Store falls back to EVALSHA by itself
 	// where functions are missing (Redis 6) or refused (an ACL without
 	// FUNCTION or FCALL), and reloads the library after FUNCTION FLUSH or
 	// a failover to a server without it. Default: off.

@@ -268,10 +268,12 @@ func TestScriptReloaded(t *testing.T) {
 	}
 }
 
-// TestFunctions checks the fast path's Redis function library: loaded on
-// first use, reloaded after FUNCTION FLUSH, and replaced by scripts where
-// an ACL refuses FUNCTION LOAD or FCALL, or where functions are disabled;
-// the decisions are the same in every case.
+// TestFunctions checks the Redis function library, for the fast path (one
+// bucket limit) and decide.lua (two limits): loaded on first use, reloaded
+// after FUNCTION FLUSH, and replaced by scripts where an ACL refuses
+// FUNCTION LOAD or FCALL, or where functions are disabled; the decisions
+// are the same in every case, and FCALL decides them all while the library
+// is there.
 func TestFunctions(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
@@ -308,26 +310,56 @@ func TestFunctions(t *testing.T) {
 			}
 			st := newStore(t, client, &redisstore.Options{Prefix: tt.name + ":", DisableFunctions: tt.disable})
 			defer st.Close()
-			limits := []floodgate.Limit{floodgate.PerMinute(3)}
-			lim := limiter(t, st, limits...)
-			for i := range 4 {
-				r, err := lim.AllowN(ctx, "k", 1)
-				if err != nil {
-					t.Fatalf("decision %d: %v", i, err)
-				}
-				if want := i < 3; r.Allowed != want || r.Remaining != max(0, int64(2-i)) {
-					t.Fatalf("decision %d: %+v, want allowed %v", i, r, want)
-				}
-				if tt.flush {
-					if err := admin.FunctionFlush(ctx).Err(); err != nil {
-						t.Fatal(err)
+			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			policies := [][]floodgate.Limit{
+				{floodgate.PerMinute(3)}, // the fast path
+				{floodgate.PerMinute(3), floodgate.FixedWindow(10, time.Minute)}, // decide.lua
+			}
+			decisions := 0
+			for p, limits := range policies {
+				lim := limiter(t, st, limits...)
+				for i := range 4 {
+					r, err := lim.AllowN(ctx, fmt.Sprint("k", p), 1)
+					decisions++
+					if err != nil {
+						t.Fatalf("%d limits, decision %d: %v", len(limits), i, err)
+					}
+					if want := i < 3; r.Allowed != want || r.Remaining != max(0, int64(2-i)) {
+						t.Fatalf("%d limits, decision %d: %+v, want allowed %v", len(limits), i, r, want)
+					}
+					if tt.flush {
+						if err := admin.FunctionFlush(ctx).Err(); err != nil {
+							t.Fatal(err)
+						}
 					}
 				}
+				if tt.flush {
+					// Flushed after the last decision: one more loads it again.
+					if _, err := lim.AllowN(ctx, fmt.Sprint("other", p), 1); err != nil {
+						t.Fatal(err)
+					}
+					decisions++
+				}
 			}
-			if tt.flush {
-				// Flushed after the last decision: one more loads it again.
-				if _, err := lim.AllowN(ctx, "other", 1); err != nil {
-					t.Fatal(err)
+			if tt.loaded {
+				// Each decision is one FCALL that ran (calls that found a
+				// flushed library gone count as failed).
+				info := admin.Info(ctx, "commandstats").Val()
+				var calls, usec, failed, rejected int
+				var perCall float64
+				i := strings.Index(info, "cmdstat_fcall:")
+				if i < 0 {
+					t.Fatalf("no FCALL; commandstats:\n%s", info)
+				}
+				fmt.Sscanf(info[i:], "cmdstat_fcall:calls=%d,usec=%d,usec_per_call=%f,rejected_calls=%d,failed_calls=%d",
+					&calls, &usec, &perCall, &rejected, &failed)
+				if calls-failed != decisions {
+					t.Fatalf("%d FCALLs ran for %d decisions; commandstats:\n%s", calls-failed, decisions, info)
+				}
+				if strings.Contains(info, "cmdstat_evalsha:") {
+					t.Fatalf("EVALSHA ran with the library loaded; commandstats:\n%s", info)
 				}
 			}
 			libs, err := admin.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "floodgate_*"}).Result()
