@@ -17,6 +17,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -24,6 +25,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -61,25 +63,41 @@ func main() {
 	port := flag.Int("port", 46390, "loopback port for the redis-server this program starts")
 	flag.Parse()
 
+	// What this program starts is stopped on every way out: the end of
+	// main, a failure (fail panics, so that the deferred stops run, and
+	// the recover below exits), and SIGINT or SIGTERM.
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(failure)
+			if !ok {
+				panic(r)
+			}
+			log.Fatal(f.err)
+		}
+	}()
+	var stops stopList
+	defer stops.run()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		stops.run()
+		os.Exit(1)
+	}()
+
 	redisAddr, stopRedis := procs.StartRedis(*port)
-	defer stopRedis()
+	stops.add(stopRedis)
 	dir, err := os.MkdirTemp("", "rlsbench")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
+	check(err)
+	stops.add(func() { os.RemoveAll(dir) })
 
 	peerBin, err := peertest.BuildRatelimit()
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer peer.Stop()
+	check(err)
+	stops.add(peer.Stop)
 	fgAddr, fgPID, stopFG := startFloodgate(dir, redisAddr)
-	defer stopFG()
+	stops.add(stopFG)
 	redisPID := procs.RedisPID(redisAddr)
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; %d runs of %s per cell, medians\n\n",
@@ -121,11 +139,49 @@ func main() {
 	}
 }
 
+// stopList stops what the program started, the latest first, once, from
+// main or from the signal handler's goroutine.
+type stopList struct {
+	mu    sync.Mutex
+	fs    []func()
+	ended bool
+}
+
+func (l *stopList) add(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fs = append(l.fs, f)
+}
+
+func (l *stopList) run() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.ended = true
+	for i := len(l.fs) - 1; i >= 0; i-- {
+		l.fs[i]()
+	}
+}
+
+// failure is what fail panics with: main's deferred stops run, then it
+// exits with the error. (log.Fatal would skip them and leave the
+// processes this program started running.)
+type failure struct{ err error }
+
+func fail(err error) { panic(failure{err}) }
+
+// check fails on a non-nil err.
+func check(err error) {
+	if err != nil {
+		fail(err)
+	}
+}
+
 func freePort() int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
@@ -137,23 +193,17 @@ func startFloodgate(dir, redisAddr string) (string, int, func()) {
 	build := exec.Command("go", "build", "-o", bin, "./cmd/floodgate")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
-		log.Fatalf("building floodgate: %v\n%s", err, out)
+		fail(fmt.Errorf("building floodgate: %v\n%s", err, out))
 	}
 	cfg := filepath.Join(dir, "floodgate-config")
-	if err := os.MkdirAll(cfg, 0o755); err != nil {
-		log.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfg, "bench.yaml"), []byte(domain), 0o644); err != nil {
-		log.Fatal(err)
-	}
+	check(os.MkdirAll(cfg, 0o755))
+	check(os.WriteFile(filepath.Join(cfg, "bench.yaml"), []byte(domain), 0o644))
 	addr := "127.0.0.1:" + strconv.Itoa(freePort())
 	cmd := exec.Command(bin, "serve", "--config", cfg, "--grpc", addr, "--http", "", "--resp", "", "--ui=false",
 		"--redis", "redis://"+redisAddr, "--watch", "0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	check(cmd.Start())
 	stop := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }
 	for i := 0; ; i++ {
 		if r := run(addr, 1, 1, 10*time.Millisecond); r.rate > 0 {
@@ -161,7 +211,7 @@ func startFloodgate(dir, redisAddr string) (string, int, func()) {
 		}
 		if i == 100 {
 			stop()
-			log.Fatal("floodgate serve did not answer within 5s")
+			fail(errors.New("floodgate serve did not answer within 5s"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -181,9 +231,7 @@ type result struct {
 // service at addr for d, each caller one request at a time.
 func run(addr string, callers, descs int, d time.Duration) result {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		log.Fatal(err)
-	}
+	check(err)
 	defer conn.Close()
 	c := rls.NewRateLimitServiceClient(conn)
 	var mu sync.Mutex
