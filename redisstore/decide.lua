@@ -537,8 +537,6 @@ local function readSpec(a)
   return sp
 end
 
-local SPEC_LEN = 1
-
 
 -- serverNow returns now, or for -1 the server's TIME.
 local function serverNow(now)
@@ -757,10 +755,10 @@ local function decideBatch(keys, argv)
   extra = tonumber(ARGV[1])
   local nspecs = tonumber(ARGV[2])
   specs = {}
-  for j = 1, nspecs do specs[j] = readSpec(2 + (j - 1) * SPEC_LEN) end
+  for j = 1, nspecs do specs[j] = readSpec(1 + j) end -- one argument each
   local out = {}
-  local k0, a = 0, 3 + SPEC_LEN * nspecs
-  for _ = 1, tonumber(ARGV[3 + SPEC_LEN * nspecs]) do
+  local k0, a = 0, 3 + nspecs
+  for _ = 1, tonumber(ARGV[3 + nspecs]) do
     local head, err = sub(ARGV[a + 1], 1, 1), nil
     if head == 'g' or head == 'G' then
       k0, a, err = decideGroup(k0, a + 1, tonumber(sub(ARGV[a + 1], 2)), head == 'G', out)

@@ -194,7 +194,7 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 	if p.calendar {
 		params = p.calendarParams(now)
 	}
-	args := make([]any, 0, 9+scriptSpecLen*len(params)+len(params))
+	args := make([]any, 0, 9+2*len(params))
 	args = append(args, s.extraTTL, len(params))
 	for i := range params {
 		args = params[i].appendArgs(args)

@@ -104,10 +104,11 @@ type Options struct {
 	// DisableFunctions runs decisions as scripts with EVALSHA even on
 	// Redis 7 and later, where by default the Store loads its scripts as a
 	// Redis function library (FUNCTION LOAD, named floodgate_<hash>) and
-	// calls its functions with FCALL, which costs Redis less. The Store falls back to EVALSHA by itself
-	// where functions are missing (Redis 6) or refused (an ACL without
-	// FUNCTION or FCALL), and reloads the library after FUNCTION FLUSH or
-	// a failover to a server without it. Default: off.
+	// calls its functions with FCALL, which costs Redis less. The Store
+	// falls back to EVALSHA by itself where functions are missing (Redis
+	// 6) or refused (an ACL without FUNCTION or FCALL), and reloads the
+	// library after FUNCTION FLUSH or a failover to a server without it.
+	// Default: off.
 	DisableFunctions bool
 }
 

@@ -47,9 +47,6 @@ type scriptSpec struct {
 	c0, c1, c2 int64
 }
 
-// scriptSpecLen is how many arguments a scriptSpec takes.
-const scriptSpecLen = 1
-
 func newScriptSpec(sp *core.Spec) scriptSpec {
 	return scriptSpec{kind: int64(sp.Kind), quota: sp.Quota, rate: sp.Rate, period: sp.Period,
 		tauQ: sp.TauQ, tauR: sp.TauR, tq: sp.TQ, tr: sp.TR}
@@ -140,7 +137,7 @@ func (s *Store) decideArgs(calls []*call) ([]string, []any) {
 			addSpecs(m)
 		}
 	}
-	args := make([]any, 0, 3+scriptSpecLen*len(specs)+reqArgs)
+	args := make([]any, 0, 3+len(specs)+reqArgs)
 	args = append(args, s.extraTTL, len(specs))
 	for _, sp := range specs {
 		args = sp.appendArgs(args)
