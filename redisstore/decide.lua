@@ -689,12 +689,19 @@ local function makeCarry()
       end
     end
     -- Every state is read before anything is written, so that a corrupt
-    -- one fails the call with nothing changed.
-    for _, l in ipairs({from, to}) do
-      for i = 1, #l.specs do
-        local r, e = stepOne(l.specs[i], l.keys[i], now, 0, TAKE)
-        if r == nil then return e end
-      end
+    -- one fails the call with nothing changed. The old limits are read
+    -- first and what they leave is kept: a sliding log's peek drops the
+    -- marks its own window has expired, so a new log of a shorter period
+    -- on the same key would drop marks the old one still counts.
+    local left = {}
+    for i = 1, #from.specs do
+      local r, e = stepOne(from.specs[i], from.keys[i], now, 0, TAKE)
+      if r == nil then return e end
+      left[i] = r
+    end
+    for i = 1, #to.specs do
+      local r, e = stepOne(to.specs[i], to.keys[i], now, 0, TAKE)
+      if r == nil then return e end
     end
     if rebase then
       -- the override key is not touched
@@ -709,9 +716,7 @@ local function makeCarry()
       for i = 1, #to.specs do
         keep[to.keys[i]] = true
         if from.specs[i] then
-          local rf, e = stepOne(from.specs[i], from.keys[i], now, 0, TAKE)
-          if rf == nil then return e end
-          local want = carryWant(st, from.specs[i].quota, rf, to.specs[i].quota)
+          local want = carryWant(st, from.specs[i].quota, left[i], to.specs[i].quota)
           local sp, key = to.specs[i], to.keys[i]
           local f = from.specs[i]
           if key ~= from.keys[i] then
