@@ -57,7 +57,7 @@ type MemoryStore struct {
 	sys         *systemClock // clock, when it is the system clock
 	seed        maphash.Seed
 	shards      []memShard
-	mask        uint64
+	shift       uint  // a key's shard is its hash's top bits: hash >> shift
 	maxPerShard int   // keys
 	bytesShard  int64 // bytes
 	evictions   atomic.Uint64
@@ -106,14 +106,14 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 		clock:       c.Clock,
 		seed:        maphash.MakeSeed(),
 		shards:      make([]memShard, n),
-		mask:        uint64(n - 1),
+		shift:       uint(64 - bits.Len(uint(n-1))),
 		maxPerShard: max(1, c.MaxKeys/n),
 		bytesShard:  max(1, c.MaxBytes/int64(n)),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].init()
+		s.shards[i].init(s.seed)
 	}
 	if c.SweepInterval > 0 {
 		go s.sweeper(c.SweepInterval)
@@ -195,6 +195,9 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core
 		return core.Verdict{}, 0, err
 	}
 	now := s.now()
+	if v, i, ok := p.fast(key, now, n, o); ok {
+		return v, i, nil
+	}
 	if len(p.specs) == 1 {
 		v := s.takeOne(key, &p.specs[0], now, n, o)
 		if v.Retry == retryOverridden {
@@ -245,7 +248,47 @@ func (p *memPolicy) takeOverridden(key string, n int64, o op) core.Decision {
 
 // shard returns the shard that holds key.
 func (s *MemoryStore) shard(key string) *memShard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+	return &s.shards[maphash.String(s.seed, key)>>s.shift]
+}
+
+// fast decides key when the store holds it on protected (used before)
+// and nothing else needs its shard: it takes the entry's lock alone, so
+// that decisions on different keys share no lock and write no shared
+// cache line, as x/time/rate's limiters do. It reports false, having
+// decided nothing, when the shard's lock is needed: a new key, one to
+// promote or to resize, a shard with overrides, or one a group, a
+// change of limits or a removal holds (memShard.slow).
+func (p *memPolicy) fast(key string, now, n int64, o op) (core.Verdict, int, bool) {
+	s := p.s
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h>>s.shift]
+	e := sh.idx.lookup(h, key)
+	if e == nil {
+		return core.Verdict{}, 0, false
+	}
+	e.mu.Lock()
+	// slow is read under e's lock: whoever raises it takes e's lock after,
+	// so a decision either comes wholly before them or sees it.
+	if e.dead || !e.protected() || int(e.nlim) != len(p.specs) || sh.slow.Load() != 0 {
+		e.mu.Unlock()
+		return core.Verdict{}, 0, false
+	}
+	e.touch()
+	var v core.Verdict
+	var i int
+	var grew bool
+	if len(p.specs) == 1 {
+		v, grew = stepEntry(e, &p.specs[0], now, n, o)
+	} else {
+		v, i, _, grew = p.decideEntry(e, now, n, o)
+	}
+	e.mu.Unlock()
+	if grew {
+		sh.mu.Lock()
+		s.account(sh, key, e, false, true, now)
+		sh.mu.Unlock()
+	}
+	return v, i, true
 }
 
 // decideLocked decides key in sh, which the caller has locked, against
@@ -253,24 +296,55 @@ func (s *MemoryStore) shard(key string) *memShard {
 // charged.
 func (p *memPolicy) decideLocked(sh *memShard, key string, now, n int64, o op) (core.Verdict, int, bool) {
 	s := p.s
+	e := sh.get(key, s.bytesShard)
+	if e == nil {
+		var vs [MaxLimits]core.Verdict
+		var next [MaxLimits]core.Delta
+		allowed := true
+		for i := range p.specs {
+			var zero core.State
+			vs[i], next[i] = o.step(&p.specs[i], &zero, now, n)
+			allowed = allowed && vs[i].Allowed
+		}
+		// Nothing to give back to a key that is not there.
+		charged := allowed && n > 0 && o != opRefund
+		if charged {
+			e = newEntry(len(p.specs))
+			var full int64
+			for i := range p.specs {
+				p.specs[i].Commit(&e.states[i], next[i], now, o.cost(&p.specs[i], n), true)
+				full = max(full, p.specs[i].Hold(vs[i], next[i], now))
+			}
+			e.full = now + full
+			s.account(sh, key, e, true, false, now)
+		}
+		d := core.Decide(vs[:len(p.specs)])
+		return d.Verdict, d.Index, charged
+	}
+	e.mu.Lock()
+	resized := len(e.states) != len(p.specs)
+	if resized {
+		e.resize(len(p.specs))
+	}
+	v, i, charged, grew := p.decideEntry(e, now, n, o)
+	e.mu.Unlock()
+	if resized || grew {
+		s.account(sh, key, e, false, true, now)
+	}
+	return v, i, charged
+}
+
+// decideEntry decides e, which holds p's limits and is locked, at now,
+// and commits it. It reports whether the cost was charged and whether a
+// state grew its buffer.
+func (p *memPolicy) decideEntry(e *memEntry, now, n int64, o op) (v core.Verdict, idx int, charged, grew bool) {
 	var vs [MaxLimits]core.Verdict
 	var next [MaxLimits]core.Delta
-	e := sh.get(key, s.bytesShard)
-	if e != nil && len(e.states) != len(p.specs) {
-		e.resize(len(p.specs))
-		sh.resized(e)
-	}
 	allowed := true
 	for i := range p.specs {
-		var st *core.State
-		var zero core.State
-		if e != nil {
-			st = &e.states[i]
-			if st.Kind != p.specs[i].Kind {
-				*st = core.State{}
-			}
-		} else {
-			st = &zero
+		st := &e.states[i]
+		if st.Kind != p.specs[i].Kind {
+			*st = core.State{}
 		}
 		if o == opTake {
 			vs[i], next[i] = p.specs[i].Step(st, now, n)
@@ -279,29 +353,17 @@ func (p *memPolicy) decideLocked(sh *memShard, key string, now, n int64, o op) (
 		}
 		allowed = allowed && vs[i].Allowed
 	}
-	charged := allowed && n > 0
-	isNew := e == nil && charged
-	if o == opRefund && e == nil {
-		// Nothing to give back to a key that is not there.
-		charged, isNew = false, false
+	charged = allowed && n > 0
+	var full int64
+	for i := range p.specs {
+		c := cap(e.states[i].Log)
+		p.specs[i].Commit(&e.states[i], next[i], now, o.cost(&p.specs[i], n), charged)
+		grew = grew || cap(e.states[i].Log) != c
+		full = max(full, p.specs[i].Hold(vs[i], next[i], now))
 	}
-	if isNew {
-		e = newEntry(len(p.specs))
-	}
-	if e != nil {
-		var full int64
-		grew := false
-		for i := range p.specs {
-			c := cap(e.states[i].Log)
-			p.specs[i].Commit(&e.states[i], next[i], now, o.cost(&p.specs[i], n), charged)
-			grew = grew || cap(e.states[i].Log) != c
-			full = max(full, p.specs[i].Hold(vs[i], next[i], now))
-		}
-		e.full = now + full
-		s.account(sh, key, e, isNew, grew, now)
-	}
+	e.full = now + full
 	d := core.Decide(vs[:len(p.specs)])
-	return d.Verdict, d.Index, charged
+	return d.Verdict, d.Index, charged, grew
 }
 
 var _ core.Grouper = (*MemoryStore)(nil)
@@ -329,11 +391,12 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 			return core.ForeignPolicy(i, reqs[i].Policy)
 		}
 		pols[i] = p
-		shards[i] = maphash.String(s.seed, reqs[i].Key) & s.mask
+		shards[i] = maphash.String(s.seed, reqs[i].Key) >> s.shift
 	}
 	locks := slices.Compact(slices.Sorted(slices.Values(shards)))
 	for _, j := range locks {
 		s.shards[j].mu.Lock()
+		s.shards[j].slow.Add(1) // no decision between the group's and its undoing
 	}
 	now := s.now()
 	charged := make([]bool, len(reqs))
@@ -364,6 +427,7 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 		}
 	}
 	for _, j := range slices.Backward(locks) {
+		s.shards[j].slow.Add(-1)
 		s.shards[j].mu.Unlock()
 	}
 	return nil
@@ -390,8 +454,8 @@ func (p *memPolicy) Reset(ctx context.Context, key string) error {
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	if e := sh.m[key]; e != nil {
-		sh.remove(e)
+	if e := sh.idx.lookup(maphash.String(s.seed, key), key); e != nil {
+		sh.remove(e, 0, false)
 	}
 	sh.mu.Unlock()
 	return nil
@@ -410,9 +474,10 @@ func (s *MemoryStore) now() int64 {
 // core.NeverMicros.
 const retryOverridden = -2
 
-// takeOne decides a key with one limit: the common case, without the
-// arrays that several limits need. It decides nothing, and returns a
-// Retry of retryOverridden, when the key has an override.
+// takeOne decides a key with one limit under its shard's lock: the
+// common case, without the arrays that several limits need. It decides
+// nothing, and returns a Retry of retryOverridden, when the key has an
+// override.
 func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core.Verdict {
 	sh := s.shard(key)
 	sh.mu.Lock()
@@ -421,19 +486,39 @@ func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core
 		return core.Verdict{Retry: retryOverridden}
 	}
 	e := sh.get(key, s.bytesShard)
-	var st *core.State
-	var zero core.State
-	if e != nil {
-		if len(e.states) != 1 {
-			e.resize(1)
-			sh.resized(e)
+	if e == nil {
+		var zero core.State
+		v, next := o.step(l, &zero, now, n)
+		// Nothing to give back to a key that is not there.
+		if v.Allowed && n > 0 && o != opRefund {
+			e = newEntry(1)
+			l.Commit(&e.states[0], next, now, o.cost(l, n), true)
+			e.full = now + l.Hold(v, next, now)
+			s.account(sh, key, e, true, false, now)
 		}
-		st = &e.states[0]
-		if st.Kind != l.Kind {
-			*st = core.State{}
-		}
-	} else {
-		st = &zero
+		sh.mu.Unlock()
+		return v
+	}
+	e.mu.Lock()
+	resized := len(e.states) != 1
+	if resized {
+		e.resize(1)
+	}
+	v, grew := stepEntry(e, l, now, n, o)
+	e.mu.Unlock()
+	if resized || grew {
+		s.account(sh, key, e, false, true, now)
+	}
+	sh.mu.Unlock()
+	return v
+}
+
+// stepEntry decides e, which has one limit, l, and is locked, at now, and
+// commits it. It reports whether the state grew its buffer.
+func stepEntry(e *memEntry, l *core.Spec, now, n int64, o op) (core.Verdict, bool) {
+	st := &e.one[0] // e.states is e.one[:] (see newEntry), on the line e.mu is on
+	if st.Kind != l.Kind {
+		*st = core.State{}
 	}
 	var v core.Verdict
 	var next core.Delta
@@ -442,24 +527,10 @@ func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core
 	} else {
 		v, next = o.step(l, st, now, n)
 	}
-	charged := v.Allowed && n > 0
-	isNew := e == nil && charged
-	if o == opRefund && e == nil {
-		charged, isNew = false, false // nothing to give back
-	}
-	if isNew {
-		e = newEntry(1)
-	}
-	if e != nil {
-		c := cap(e.states[0].Log)
-		l.Commit(&e.states[0], next, now, o.cost(l, n), charged)
-		e.full = now + l.Hold(v, next, now)
-		if isNew || cap(e.states[0].Log) != c {
-			s.account(sh, key, e, isNew, true, now)
-		}
-	}
-	sh.mu.Unlock()
-	return v
+	c := cap(st.Log)
+	l.Commit(st, next, now, o.cost(l, n), v.Allowed && n > 0)
+	e.full = now + l.Hold(v, next, now)
+	return v, cap(st.Log) != c
 }
 
 // account adds a new entry e under key to sh, which is locked, or
@@ -480,6 +551,7 @@ func (s *MemoryStore) account(sh *memShard, key string, e *memEntry, isNew, grew
 
 func (e *memEntry) resize(n int) {
 	old := e.states
+	e.nlim = uint8(n)
 	if n == 1 {
 		e.states = e.one[:]
 	} else {
@@ -496,12 +568,11 @@ func (s *MemoryStore) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.m {
-			if e.full <= now {
-				sh.remove(e)
+		sh.idx.all(func(e *memEntry) {
+			if ok, _ := sh.remove(e, now, true); ok {
 				removed++
 			}
-		}
+		})
 		for key := range sh.ovr {
 			sh.override(key, now) // drops it if it expired
 		}
@@ -516,7 +587,7 @@ func (s *MemoryStore) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.idx.n
 		sh.mu.Unlock()
 	}
 	return n

@@ -33,8 +33,9 @@ func (sh *memShard) override(key string, now int64) *memOverride {
 
 func (sh *memShard) dropOverride(key string) {
 	delete(sh.ovr, key)
-	if len(sh.ovr) == 0 {
+	if len(sh.ovr) == 0 && sh.ovr != nil {
 		sh.ovr = nil
+		sh.slow.Add(-1)
 	}
 }
 
@@ -59,6 +60,8 @@ func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Overrid
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	sh.slow.Add(1) // no decision in the middle of the change
+	defer sh.slow.Add(-1)
 	now := s.now()
 	from := p.specs
 	if old := sh.override(key, now); old != nil {
@@ -72,6 +75,7 @@ func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Overrid
 		}
 		if sh.ovr == nil {
 			sh.ovr = make(map[string]*memOverride)
+			sh.slow.Add(1)
 		}
 		sh.ovr[key] = ov
 	} else {
@@ -81,15 +85,19 @@ func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Overrid
 	return nil
 }
 
-// carryLocked moves key's usage in sh, which is locked, from the limits
-// from to the limits to, as st says (see core.Carry).
+// carryLocked moves key's usage in sh, which is locked with its slow
+// count raised, from the limits from to the limits to, as st says (see
+// core.Carry).
 func (s *MemoryStore) carryLocked(sh *memShard, key string, from, to []core.Spec, st core.Strategy, now int64) {
 	e := sh.get(key, s.bytesShard)
 	if st == core.ResetUsage {
 		if e != nil {
-			sh.remove(e)
+			sh.remove(e, now, false)
 		}
 		return
+	}
+	if e != nil {
+		e.quiet()
 	}
 	// state returns key's state for limit l at index i, or a full one.
 	var zero core.State
@@ -273,14 +281,16 @@ func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) 
 		sh.mu.Lock()
 		now := s.now()
 		keys = keys[:0]
-		for key := range sh.m {
-			if strings.HasPrefix(key, scope) && sh.override(key, now) == nil {
-				keys = append(keys, key)
+		sh.idx.all(func(e *memEntry) {
+			if strings.HasPrefix(e.key, scope) && sh.override(e.key, now) == nil {
+				keys = append(keys, e.key)
 			}
-		}
+		})
+		sh.slow.Add(1) // no decision in the middle of a change
 		for _, key := range keys {
 			s.carryLocked(sh, key, from, p.specs, st, now)
 		}
+		sh.slow.Add(-1)
 		sh.mu.Unlock()
 		carried += len(keys)
 	}

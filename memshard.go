@@ -1,7 +1,9 @@
 package floodgate
 
 import (
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/floodgate/floodgate/core"
@@ -26,13 +28,18 @@ import (
 // nothing, so only entries that were not full count as evictions.
 
 type memShard struct {
-	mu sync.Mutex
-	m  map[string]*memEntry
-	// last is the entry of lastKey, the key this shard found last: a hot
-	// key skips the map lookup (and its second hash of the key). It is
-	// cleared whenever lastKey leaves the map.
-	last    *memEntry
-	lastKey string
+	// What a decision reads, on a cache line of its own that the
+	// shard's lock does not share: written only when keys come and go.
+	idx memIndex
+	// slow is not 0 while a decision must take mu (see memPolicy.fast):
+	// it counts 1 while ovr is not nil, and 1 for each group or change of
+	// limits that holds mu and must not see a decision in its middle.
+	// Written under mu.
+	slow atomic.Int32
+	_    [64 - 20]byte
+
+	mu   sync.Mutex
+	seed maphash.Seed // the store's
 
 	// ovr holds the overrides of the shard's keys; nil when it has none,
 	// which is all a decision checks.
@@ -41,7 +48,7 @@ type memShard struct {
 	probation, protected memList // sentinels: next is the most recent
 	bytes                int64   // accounted bytes of every entry
 	protectedBytes       int64
-	_                    [16]byte // keeps neighbouring shards' locks off one cache line
+	_                    [24]byte // to a whole number of cache lines (see TestMemEntryLayout)
 }
 
 // memList is the sentinel of a circular doubly linked list of entries.
@@ -61,20 +68,40 @@ func unlink(e *memEntry) {
 	e.prev, e.next = nil, nil
 }
 
+// A memEntry's lock, mu, guards its states, full and dead; its shard's
+// lock guards the rest. Whoever needs both takes the shard's first. A
+// decision on a protected entry takes mu alone, so that decisions on
+// different keys share no lock and no written cache line.
+//
+// A decision on a key with one limit writes only the entry's first 64
+// bytes: its lock, full, and what a bucket or a window keeps of its state
+// (core.State's fields before Log). An entry takes 192 bytes, an
+// allocation size class whose objects start on a cache line, so that
+// those bytes are one line: under contention on a hot key, one line
+// moves between the cores rather than three.
 type memEntry struct {
-	// What every decision reads and writes comes first, on one cache line.
-	full      int64 // µs: when every limit on the key is back to full
-	states    []core.State
-	protected bool
-	ref       bool // used since eviction last looked at it (protected only)
+	mu   sync.Mutex
+	full int64 // µs: when every limit on the key is back to full
 	// one holds the state of a key with one limit, the commonest, so that
 	// it is in the entry's own allocation: states is one[:] then.
 	one [1]core.State
 
+	// What finding the entry and a decision read, written seldom: the
+	// second cache line.
 	key  string
-	size int64 // bytes accounted for the entry
-	prev *memEntry
-	next *memEntry
+	hash uint64 // key's, as the store hashes it
+	dead bool   // removed from its shard: a decision that finds it looks again
+	nlim uint8  // len(states)
+	// use holds useProtected, written under the shard's lock, and useRef,
+	// set by a decision that finds it clear (used since eviction last
+	// looked at the entry; protected entries only).
+	use atomic.Uint32
+
+	states []core.State
+	size   int64 // bytes accounted for the entry
+	prev   *memEntry
+	next   *memEntry
+	_      [(192 - 168) * (unsafe.Sizeof(uintptr(0)) / 8)]byte // to 192 bytes on 64-bit platforms
 }
 
 // The accounted size of an entry: what the store allocates for it,
@@ -108,8 +135,9 @@ func entrySize(key string, states []core.State) int64 {
 	return n
 }
 
-func (sh *memShard) init() {
-	sh.m = make(map[string]*memEntry)
+func (sh *memShard) init(seed maphash.Seed) {
+	sh.seed = seed
+	sh.idx.init()
 	sh.probation.init()
 	sh.protected.init()
 }
@@ -117,17 +145,14 @@ func (sh *memShard) init() {
 // get returns key's entry, or nil, and records its use. The shard is
 // locked.
 func (sh *memShard) get(key string, maxBytes int64) *memEntry {
-	e := sh.last
-	if e == nil || sh.lastKey != key {
-		if e = sh.m[key]; e == nil {
-			return nil
-		}
-		sh.last, sh.lastKey = e, key
+	e := sh.idx.lookup(maphash.String(sh.seed, key), key)
+	if e == nil {
+		return nil
 	}
-	if !e.protected {
+	if !e.protected() {
 		sh.promote(e, maxBytes)
-	} else if !e.ref {
-		e.ref = true
+	} else {
+		e.touch()
 	}
 	return e
 }
@@ -137,7 +162,7 @@ func (sh *memShard) get(key string, maxBytes int64) *memEntry {
 // sets its referenced bit: see get.)
 func (sh *memShard) promote(e *memEntry, maxBytes int64) {
 	unlink(e)
-	e.protected = true
+	e.use.Or(useProtected)
 	sh.protected.pushFront(e)
 	sh.protectedBytes += e.size
 	for sh.protectedBytes > maxBytes/100*protectedShare {
@@ -146,58 +171,73 @@ func (sh *memShard) promote(e *memEntry, maxBytes int64) {
 			break
 		}
 		unlink(old)
-		old.protected, old.ref = false, false
+		old.use.Store(0)
 		sh.protectedBytes -= old.size
 		sh.probation.pushFront(old)
 	}
 }
 
-// add puts e under key on probation. The shard is locked.
+// add puts e, which no other goroutine holds yet, under key on
+// probation. The shard is locked.
 func (sh *memShard) add(key string, e *memEntry) {
-	e.key = key
+	e.key, e.hash = key, maphash.String(sh.seed, key)
 	e.size = entrySize(key, e.states)
-	sh.m[key] = e
-	sh.last, sh.lastKey = e, key
+	sh.idx.add(e)
 	sh.probation.pushFront(e)
 	sh.bytes += e.size
 }
 
 // resized re-accounts e after its states changed size (a sliding log grew
-// its buffer, or the key took more limits).
+// its buffer, or the key took more limits). The shard is locked, and e is
+// not.
 func (sh *memShard) resized(e *memEntry) {
+	e.mu.Lock()
 	n := entrySize(e.key, e.states)
+	dead := e.dead
+	e.mu.Unlock()
+	if dead {
+		return // remove took what it had
+	}
 	sh.bytes += n - e.size
-	if e.protected {
+	if e.protected() {
 		sh.protectedBytes += n - e.size
 	}
 	e.size = n
 }
 
-// remove deletes e. The shard is locked.
-func (sh *memShard) remove(e *memEntry) {
-	if sh.last == e {
-		sh.last, sh.lastKey = nil, ""
+// remove deletes e, unless onlyFull is set and e is not back to full at
+// now; the check and the removal are one step under e's lock, so that no
+// decision charges a key as it goes. It reports whether it removed e and
+// whether e was back to full. The shard is locked, and e is not.
+func (sh *memShard) remove(e *memEntry, now int64, onlyFull bool) (removed, full bool) {
+	e.mu.Lock()
+	full = e.full <= now
+	if onlyFull && !full {
+		e.mu.Unlock()
+		return false, false
 	}
-	delete(sh.m, e.key)
+	e.dead = true
+	e.mu.Unlock()
+	sh.idx.remove(e)
 	unlink(e)
 	sh.bytes -= e.size
-	if e.protected {
+	if e.protected() {
 		sh.protectedBytes -= e.size
 	}
+	return true, full
 }
 
 // makeRoom evicts entries until the shard is within maxKeys and maxBytes,
 // keeping keep, and returns how many were not yet back to full at now.
 func (sh *memShard) makeRoom(maxKeys int, maxBytes, now int64, keep *memEntry) (evicted int) {
-	for len(sh.m) > maxKeys || sh.bytes > maxBytes {
+	for sh.idx.n > maxKeys || sh.bytes > maxBytes {
 		victim := sh.victim(keep, now)
 		if victim == nil {
 			return evicted // keep is all there is
 		}
-		if victim.full > now {
+		if _, full := sh.remove(victim, now, false); !full {
 			evicted++
 		}
-		sh.remove(victim)
 	}
 	return evicted
 }
@@ -210,7 +250,7 @@ func (sh *memShard) victim(keep *memEntry, now int64) *memEntry {
 	for _, l := range [...]*memList{&sh.probation, &sh.protected} {
 		n := 0
 		for v := l.oldest(); v != &l.head && n < fullScan; v, n = v.prev, n+1 {
-			if v != keep && v.full <= now {
+			if v != keep && v.isFull(now) {
 				return v
 			}
 		}
@@ -229,10 +269,10 @@ func (sh *memShard) victim(keep *memEntry, now int64) *memEntry {
 		if v == &l.head {
 			return nil
 		}
-		if v != keep && !v.ref {
+		if v != keep && !v.referenced() {
 			return v
 		}
-		v.ref = false
+		v.use.And(^uint32(useRef))
 		unlink(v)
 		l.pushFront(v)
 	}
@@ -244,9 +284,40 @@ func (sh *memShard) victim(keep *memEntry, now int64) *memEntry {
 	return nil
 }
 
+// quiet waits for a decision that holds e to end. With its shard's slow
+// count raised, none starts after it: the caller then has e's states to
+// itself while it holds the shard's lock.
+func (e *memEntry) quiet() {
+	e.mu.Lock()
+	e.mu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+}
+
+// The bits of memEntry.use.
+const (
+	useProtected = 1 << iota
+	useRef
+)
+
+func (e *memEntry) protected() bool  { return e.use.Load()&useProtected != 0 }
+func (e *memEntry) referenced() bool { return e.use.Load()&useRef != 0 }
+
+// touch records a use of e for eviction's clock hand.
+func (e *memEntry) touch() {
+	if !e.referenced() {
+		e.use.Or(useRef)
+	}
+}
+
+// isFull reports whether e is back to full at now.
+func (e *memEntry) isFull(now int64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.full <= now
+}
+
 // newEntry returns an entry for a key with n limits.
 func newEntry(n int) *memEntry {
-	e := &memEntry{}
+	e := &memEntry{nlim: uint8(n)}
 	if n == 1 {
 		e.states = e.one[:]
 	} else {
