@@ -50,10 +50,10 @@ const (
 )
 
 // batcher sends concurrent calls to Redis together. A call that finds
-// nothing in flight goes out at once, on its caller's goroutine, so one
-// goroutine never waits for a batch; calls that arrive while others are
-// in flight queue, and the next free worker sends everything queued in one
-// script call (one EVALSHA). At most maxInflight script calls (or
+// room for another script call and nothing queued goes out at once, on its
+// caller's goroutine, so one goroutine never waits for a batch, nor for a
+// worker to wake; calls that arrive while maxInflight are in flight queue,
+// and the next free worker sends everything queued in one script call. At most maxInflight script calls (or
 // pipelines) are in flight at once. On a Cluster, where only calls for one
 // slot can share a script call, each slot queues on its own instead (see
 // doSlot).
@@ -125,8 +125,9 @@ func (b *batcher) do(c *call) error {
 		return b.doSlot(c)
 	}
 	b.mu.Lock()
-	if b.inflight == 0 && len(b.pending) == 0 {
-		// Nothing in flight: no reason to wait for company.
+	if b.inflight < b.maxInflight && len(b.pending) == 0 && !b.closed {
+		// Room for another script call and nothing queued: no reason to
+		// wait for company, or for a worker to wake.
 		b.inflight++
 		b.mu.Unlock()
 		b.s.send(c.ctx, []*call{c})
