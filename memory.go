@@ -34,8 +34,9 @@ type MemoryOptions struct {
 	// sweeper; Evictions counts the keys evicted before they were.
 	MaxBytes int64
 	// Shards is the number of independently locked parts of the store, so
-	// that unrelated keys do not contend. Default: 64; rounded up to a
-	// power of two.
+	// that keys coming and going in one part do not hold up another. A
+	// decision on a key the store already holds takes that key's own lock,
+	// not its shard's. Default: 64; rounded up to a power of two.
 	Shards int
 	// SweepInterval is how often a background goroutine removes the keys
 	// that are back to full. Default: one minute. A negative value turns the
