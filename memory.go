@@ -268,9 +268,10 @@ func (p *memPolicy) fast(key string, now, n int64, o op) (core.Verdict, int, boo
 		return core.Verdict{}, 0, false
 	}
 	e.mu.Lock()
-	// slow is read under e's lock: whoever raises it takes e's lock after,
-	// so a decision either comes wholly before them or sees it.
-	if e.dead || !e.protected() || int(e.nlim) != len(p.specs) || sh.slow.Load() != 0 {
+	// slow is read under e's lock, and first: whoever raises it takes e's
+	// lock after, and may then change e without it, so a decision either
+	// comes wholly before them or sees it and reads nothing more of e.
+	if sh.slow.Load() != 0 || e.dead || !e.protected() || int(e.nlim) != len(p.specs) {
 		e.mu.Unlock()
 		return core.Verdict{}, 0, false
 	}

@@ -79,8 +79,10 @@ func TestMemoryStoreConcurrentExact(t *testing.T) {
 				key := fmt.Sprint("k", k)
 				switch {
 				case i%97 == 0 && w == 0:
-					// A change of limits that keeps the key's usage.
-					o := Override{Limits: []Limit{limit}}
+					// A change of limits that keeps the key's usage, and
+					// adds a second limit that never binds (so the entry
+					// grows a state, and shrinks back when it goes).
+					o := Override{Limits: []Limit{limit, TokenBucket(1_000_000, time.Second, 1_000_000)}}
 					if err := lim.SetOverride(ctx, key, o, AsIs); err != nil {
 						t.Error(err)
 						return
