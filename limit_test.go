@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,6 +25,7 @@ func TestLimitValidation(t *testing.T) {
 		{"one microsecond period", TokenBucket(1, time.Microsecond, 1), true},
 		{"period too long", TokenBucket(1, MaxPeriod+time.Microsecond, 1), false},
 		{"refill from empty too long", TokenBucket(1, MaxPeriod, 2), false},
+		{"refill from empty beyond a Duration", TokenBucket(1, time.Hour, 1<<40), false},
 		{"30 days", TokenBucket(1000, 30*24*time.Hour, 1000), true},
 		{"gcra max_burst 0", GCRA(0, 1, time.Second), true},
 		{"gcra negative max_burst", GCRA(-1, 1, time.Second), false},
@@ -41,6 +43,9 @@ func TestLimitValidation(t *testing.T) {
 		err := tt.l.Validate()
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && strings.Contains(err.Error(), "empty in -") {
+			t.Errorf("%s: error %q shows a negative refill time", tt.name, err)
 		}
 		if err != nil && !isInvalidLimit(err) {
 			t.Errorf("%s: error %v does not wrap ErrInvalidLimit", tt.name, err)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -121,8 +122,12 @@ func NewBucket(what string, rate int64, period time.Duration, quota int64, quota
 	s.TQ, s.TR = MulDiv(1, s.Period, s.Rate)
 	s.TauQ, s.TauR = MulDiv(s.Quota, s.Period, s.Rate)
 	if s.TauQ >= maxPeriodMicros {
+		refill := "more than " + time.Duration(math.MaxInt64).String() // beyond a Duration
+		if s.TauQ <= math.MaxInt64/int64(time.Microsecond) {
+			refill = (time.Duration(s.TauQ) * time.Microsecond).String()
+		}
 		return Spec{}, fmt.Errorf("%w: %s refills from empty in %s (%s * period / rate), more than the maximum %s",
-			ErrInvalidLimit, what, time.Duration(s.TauQ)*time.Microsecond, quotaName, MaxPeriod)
+			ErrInvalidLimit, what, refill, quotaName, MaxPeriod)
 	}
 	return s, nil
 }
