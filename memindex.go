@@ -60,6 +60,12 @@ func (x *memIndex) add(e *memEntry) {
 	if (t.used+1)*4 > len(t.slots)*3 {
 		t = x.rebuild(x.n + 1)
 	}
+	t.put(e)
+	x.n++
+}
+
+// put stores e in the first free slot from its hash's.
+func (t *memTable) put(e *memEntry) {
 	mask := uint64(len(t.slots) - 1)
 	i := e.hash & mask
 	for t.slots[i].Load() != nil {
@@ -67,7 +73,6 @@ func (x *memIndex) add(e *memEntry) {
 	}
 	t.slots[i].Store(e)
 	t.used++
-	x.n++
 }
 
 // remove takes e out of the index. The shard is locked.
@@ -95,18 +100,10 @@ func (x *memIndex) rebuild(want int) *memTable {
 	}
 	old := x.tab.Load()
 	t := &memTable{slots: make([]atomic.Pointer[memEntry], size)}
-	mask := uint64(size - 1)
 	for j := range old.slots {
-		e := old.slots[j].Load()
-		if e == nil || e == gone {
-			continue
+		if e := old.slots[j].Load(); e != nil && e != gone {
+			t.put(e)
 		}
-		i := e.hash & mask
-		for t.slots[i].Load() != nil {
-			i = (i + 1) & mask
-		}
-		t.slots[i].Store(e)
-		t.used++
 	}
 	x.tab.Store(t)
 	return t

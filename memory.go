@@ -114,7 +114,7 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 		done:        make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].init(s.seed)
+		s.shards[i].init()
 	}
 	if c.SweepInterval > 0 {
 		go s.sweeper(c.SweepInterval)
@@ -196,23 +196,23 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core
 		return core.Verdict{}, 0, err
 	}
 	now := s.now()
-	if v, i, ok := p.fast(key, now, n, o); ok {
+	h, sh := s.locate(key)
+	if v, i, ok := p.fast(sh, h, key, now, n, o); ok {
 		return v, i, nil
 	}
 	if len(p.specs) == 1 {
-		v := s.takeOne(key, &p.specs[0], now, n, o)
+		v := s.takeOne(sh, h, key, &p.specs[0], now, n, o)
 		if v.Retry == retryOverridden {
 			return core.Verdict{}, 0, errOverridden
 		}
 		return v, 0, nil
 	}
-	sh := s.shard(key)
 	sh.mu.Lock()
 	if sh.ovr != nil && sh.override(key, now) != nil {
 		sh.mu.Unlock()
 		return core.Verdict{}, 0, errOverridden
 	}
-	v, i, _ := p.decideLocked(sh, key, now, n, o)
+	v, i, _ := p.decideLocked(sh, h, key, now, n, o)
 	sh.mu.Unlock()
 	return v, i, nil
 }
@@ -235,21 +235,30 @@ func (p *memPolicy) take(ctx context.Context, key string, n int64, o op) (core.D
 // now, against p's limits.
 func (p *memPolicy) takeOverridden(key string, n int64, o op) core.Decision {
 	s := p.s
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	sh.mu.Lock()
 	now := s.now()
 	q, limits := p, []core.Spec(nil)
 	if ov := sh.override(key, now); ov != nil {
 		q, limits = ov.pol, ov.pol.specs
 	}
-	v, i, _ := q.decideLocked(sh, key, now, n, o)
+	v, i, _ := q.decideLocked(sh, h, key, now, n, o)
 	sh.mu.Unlock()
 	return core.Decision{Verdict: v, Index: i, Limits: limits}
 }
 
 // shard returns the shard that holds key.
 func (s *MemoryStore) shard(key string) *memShard {
-	return &s.shards[maphash.String(s.seed, key)>>s.shift]
+	_, sh := s.locate(key)
+	return sh
+}
+
+// locate returns key's hash, which its entry keeps and the shard's index
+// is probed with, and the shard that holds key: the hash's top bits. A
+// decision hashes its key once, here.
+func (s *MemoryStore) locate(key string) (uint64, *memShard) {
+	h := maphash.String(s.seed, key)
+	return h, &s.shards[h>>s.shift]
 }
 
 // fast decides key when the store holds it on protected (used before)
@@ -259,10 +268,7 @@ func (s *MemoryStore) shard(key string) *memShard {
 // decided nothing, when the shard's lock is needed: a new key, one to
 // promote or to resize, a shard with overrides, or one a group, a
 // change of limits or a removal holds (memShard.slow).
-func (p *memPolicy) fast(key string, now, n int64, o op) (core.Verdict, int, bool) {
-	s := p.s
-	h := maphash.String(s.seed, key)
-	sh := &s.shards[h>>s.shift]
+func (p *memPolicy) fast(sh *memShard, h uint64, key string, now, n int64, o op) (core.Verdict, int, bool) {
 	e := sh.idx.lookup(h, key)
 	if e == nil {
 		return core.Verdict{}, 0, false
@@ -280,55 +286,47 @@ func (p *memPolicy) fast(key string, now, n int64, o op) (core.Verdict, int, boo
 	var i int
 	var grew bool
 	if len(p.specs) == 1 {
-		v, grew = stepEntry(e, &p.specs[0], now, n, o)
+		// e.states is e.one[:], on the line e.mu is on (see memEntry).
+		v, e.full, grew = stepState(&e.one[0], &p.specs[0], now, n, o)
 	} else {
-		v, i, _, grew = p.decideEntry(e, now, n, o)
+		v, i, _, e.full, grew = p.decideStates(e.states, now, n, o)
 	}
 	e.mu.Unlock()
 	if grew {
 		sh.mu.Lock()
-		s.account(sh, key, e, false, true, now)
+		p.s.account(sh, key, e, false, true, now)
 		sh.mu.Unlock()
 	}
 	return v, i, true
 }
 
-// decideLocked decides key in sh, which the caller has locked, against
-// every limit of p at now, and commits it. It reports whether the cost was
-// charged.
-func (p *memPolicy) decideLocked(sh *memShard, key string, now, n int64, o op) (core.Verdict, int, bool) {
+// decideLocked decides key, whose hash is h, in sh, which the caller has
+// locked, against every limit of p at now, and commits it. It reports
+// whether the cost was charged.
+func (p *memPolicy) decideLocked(sh *memShard, h uint64, key string, now, n int64, o op) (core.Verdict, int, bool) {
 	s := p.s
-	e := sh.get(key, s.bytesShard)
+	e := sh.get(h, key, s.bytesShard)
 	if e == nil {
-		var vs [MaxLimits]core.Verdict
-		var next [MaxLimits]core.Delta
-		allowed := true
-		for i := range p.specs {
-			var zero core.State
-			vs[i], next[i] = o.step(&p.specs[i], &zero, now, n)
-			allowed = allowed && vs[i].Allowed
-		}
+		// Decide on full states; keep them only if the key was charged.
+		var sts [MaxLimits]core.State
+		v, i, charged, full, _ := p.decideStates(sts[:len(p.specs)], now, n, o)
 		// Nothing to give back to a key that is not there.
-		charged := allowed && n > 0 && o != opRefund
+		charged = charged && o != opRefund
 		if charged {
-			e = newEntry(len(p.specs))
-			var full int64
-			for i := range p.specs {
-				p.specs[i].Commit(&e.states[i], next[i], now, o.cost(&p.specs[i], n), true)
-				full = max(full, p.specs[i].Hold(vs[i], next[i], now))
-			}
-			e.full = now + full
+			e = newEntry(len(p.specs), h)
+			copy(e.states, sts[:])
+			e.full = full
 			s.account(sh, key, e, true, false, now)
 		}
-		d := core.Decide(vs[:len(p.specs)])
-		return d.Verdict, d.Index, charged
+		return v, i, charged
 	}
 	e.mu.Lock()
 	resized := len(e.states) != len(p.specs)
 	if resized {
 		e.resize(len(p.specs))
 	}
-	v, i, charged, grew := p.decideEntry(e, now, n, o)
+	v, i, charged, full, grew := p.decideStates(e.states, now, n, o)
+	e.full = full
 	e.mu.Unlock()
 	if resized || grew {
 		s.account(sh, key, e, false, true, now)
@@ -336,15 +334,15 @@ func (p *memPolicy) decideLocked(sh *memShard, key string, now, n int64, o op) (
 	return v, i, charged
 }
 
-// decideEntry decides e, which holds p's limits and is locked, at now,
-// and commits it. It reports whether the cost was charged and whether a
-// state grew its buffer.
-func (p *memPolicy) decideEntry(e *memEntry, now, n int64, o op) (v core.Verdict, idx int, charged, grew bool) {
+// decideStates decides sts, a key's states for p's limits, at now, and
+// commits them. It reports whether the cost was charged, when the key is
+// back to full (µs), and whether a state grew its buffer.
+func (p *memPolicy) decideStates(sts []core.State, now, n int64, o op) (v core.Verdict, idx int, charged bool, full int64, grew bool) {
 	var vs [MaxLimits]core.Verdict
 	var next [MaxLimits]core.Delta
 	allowed := true
 	for i := range p.specs {
-		st := &e.states[i]
+		st := &sts[i]
 		if st.Kind != p.specs[i].Kind {
 			*st = core.State{}
 		}
@@ -356,16 +354,15 @@ func (p *memPolicy) decideEntry(e *memEntry, now, n int64, o op) (v core.Verdict
 		allowed = allowed && vs[i].Allowed
 	}
 	charged = allowed && n > 0
-	var full int64
+	var hold int64
 	for i := range p.specs {
-		c := cap(e.states[i].Log)
-		p.specs[i].Commit(&e.states[i], next[i], now, o.cost(&p.specs[i], n), charged)
-		grew = grew || cap(e.states[i].Log) != c
-		full = max(full, p.specs[i].Hold(vs[i], next[i], now))
+		c := cap(sts[i].Log)
+		p.specs[i].Commit(&sts[i], next[i], now, o.cost(&p.specs[i], n), charged)
+		grew = grew || cap(sts[i].Log) != c
+		hold = max(hold, p.specs[i].Hold(vs[i], next[i], now))
 	}
-	e.full = now + full
 	d := core.Decide(vs[:len(p.specs)])
-	return d.Verdict, d.Index, charged, grew
+	return d.Verdict, d.Index, charged, now + hold, grew
 }
 
 var _ core.Grouper = (*MemoryStore)(nil)
@@ -386,6 +383,7 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 		return err
 	}
 	pols := make([]*memPolicy, len(reqs))
+	hashes := make([]uint64, len(reqs))
 	shards := make([]uint64, len(reqs))
 	for i := range reqs {
 		p, ok := reqs[i].Policy.(*memPolicy)
@@ -393,7 +391,8 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 			return core.ForeignPolicy(i, reqs[i].Policy)
 		}
 		pols[i] = p
-		shards[i] = maphash.String(s.seed, reqs[i].Key) >> s.shift
+		hashes[i] = maphash.String(s.seed, reqs[i].Key)
+		shards[i] = hashes[i] >> s.shift
 	}
 	locks := slices.Compact(slices.Sorted(slices.Values(shards)))
 	for _, j := range locks {
@@ -415,14 +414,14 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 				pols[i], limits = ov.pol, ov.pol.specs
 			}
 		}
-		v, idx, c := pols[i].decideLocked(sh, r.Key, now, r.N, o)
+		v, idx, c := pols[i].decideLocked(sh, hashes[i], r.Key, now, r.N, o)
 		r.Decision, charged[i] = core.Decision{Verdict: v, Index: idx, Limits: limits}, c
 	}
 	if all && core.Undo(reqs) {
 		for i := len(reqs) - 1; i >= 0; i-- {
 			if charged[i] {
 				r := &reqs[i]
-				v, idx, _ := pols[i].decideLocked(&s.shards[shards[i]], r.Key, now, r.N, opRefund)
+				v, idx, _ := pols[i].decideLocked(&s.shards[shards[i]], hashes[i], r.Key, now, r.N, opRefund)
 				r.Decision = core.Decision{Verdict: v, Index: idx, Limits: r.Decision.Limits}
 				core.Undone(&r.Decision)
 			}
@@ -454,9 +453,9 @@ func (p *memPolicy) Reset(ctx context.Context, key string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	sh.mu.Lock()
-	if e := sh.idx.lookup(maphash.String(s.seed, key), key); e != nil {
+	if e := sh.idx.lookup(h, key); e != nil {
 		sh.remove(e, 0, false)
 	}
 	sh.mu.Unlock()
@@ -480,22 +479,21 @@ const retryOverridden = -2
 // common case, without the arrays that several limits need. It decides
 // nothing, and returns a Retry of retryOverridden, when the key has an
 // override.
-func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core.Verdict {
-	sh := s.shard(key)
+func (s *MemoryStore) takeOne(sh *memShard, h uint64, key string, l *core.Spec, now, n int64, o op) core.Verdict {
 	sh.mu.Lock()
 	if sh.ovr != nil && sh.override(key, now) != nil {
 		sh.mu.Unlock()
 		return core.Verdict{Retry: retryOverridden}
 	}
-	e := sh.get(key, s.bytesShard)
+	e := sh.get(h, key, s.bytesShard)
 	if e == nil {
-		var zero core.State
-		v, next := o.step(l, &zero, now, n)
+		// Decide on a full state; keep it only if the key was charged.
+		var st core.State
+		v, full, _ := stepState(&st, l, now, n, o)
 		// Nothing to give back to a key that is not there.
 		if v.Allowed && n > 0 && o != opRefund {
-			e = newEntry(1)
-			l.Commit(&e.states[0], next, now, o.cost(l, n), true)
-			e.full = now + l.Hold(v, next, now)
+			e = newEntry(1, h)
+			e.one[0], e.full = st, full
 			s.account(sh, key, e, true, false, now)
 		}
 		sh.mu.Unlock()
@@ -506,7 +504,9 @@ func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core
 	if resized {
 		e.resize(1)
 	}
-	v, grew := stepEntry(e, l, now, n, o)
+	var v core.Verdict
+	var grew bool
+	v, e.full, grew = stepState(&e.one[0], l, now, n, o)
 	e.mu.Unlock()
 	if resized || grew {
 		s.account(sh, key, e, false, true, now)
@@ -515,14 +515,13 @@ func (s *MemoryStore) takeOne(key string, l *core.Spec, now, n int64, o op) core
 	return v
 }
 
-// stepEntry decides e, which has one limit, l, and is locked, at now, and
-// commits it. It reports whether the state grew its buffer.
-func stepEntry(e *memEntry, l *core.Spec, now, n int64, o op) (core.Verdict, bool) {
-	st := &e.one[0] // e.states is e.one[:] (see newEntry), on the line e.mu is on
+// stepState decides st, a key's state for its one limit l, at now, and
+// commits it. It reports when the key is back to full (µs), and whether
+// the state grew its buffer.
+func stepState(st *core.State, l *core.Spec, now, n int64, o op) (v core.Verdict, full int64, grew bool) {
 	if st.Kind != l.Kind {
 		*st = core.State{}
 	}
-	var v core.Verdict
 	var next core.Delta
 	if o == opTake {
 		v, next = l.Step(st, now, n)
@@ -531,8 +530,7 @@ func stepEntry(e *memEntry, l *core.Spec, now, n int64, o op) (core.Verdict, boo
 	}
 	c := cap(st.Log)
 	l.Commit(st, next, now, o.cost(l, n), v.Allowed && n > 0)
-	e.full = now + l.Hold(v, next, now)
-	return v, cap(st.Log) != c
+	return v, now + l.Hold(v, next, now), cap(st.Log) != c
 }
 
 // account adds a new entry e under key to sh, which is locked, or

@@ -57,7 +57,7 @@ func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Overrid
 	if o != nil {
 		ov = &memOverride{pol: &memPolicy{s: s, specs: slices.Clone(o.Limits)}}
 	}
-	sh := s.shard(key)
+	h, sh := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.slow.Add(1) // no decision in the middle of the change
@@ -81,15 +81,15 @@ func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Overrid
 	} else {
 		sh.dropOverride(key)
 	}
-	s.carryLocked(sh, key, from, to, st, now)
+	s.carryLocked(sh, h, key, from, to, st, now)
 	return nil
 }
 
-// carryLocked moves key's usage in sh, which is locked with its slow
-// count raised, from the limits from to the limits to, as st says (see
-// core.Carry).
-func (s *MemoryStore) carryLocked(sh *memShard, key string, from, to []core.Spec, st core.Strategy, now int64) {
-	e := sh.get(key, s.bytesShard)
+// carryLocked moves key's usage (its hash is h) in sh, which is locked
+// with its slow count raised, from the limits from to the limits to, as st
+// says (see core.Carry).
+func (s *MemoryStore) carryLocked(sh *memShard, h uint64, key string, from, to []core.Spec, st core.Strategy, now int64) {
+	e := sh.get(h, key, s.bytesShard)
 	if st == core.ResetUsage {
 		if e != nil {
 			sh.remove(e, now, false)
@@ -133,7 +133,7 @@ func (s *MemoryStore) carryLocked(sh *memShard, key string, from, to []core.Spec
 	}
 	isNew := e == nil
 	if isNew {
-		e = newEntry(len(to))
+		e = newEntry(len(to), h)
 	} else if len(e.states) != len(to) {
 		e.resize(len(to))
 	}
@@ -272,7 +272,7 @@ func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) 
 		return 0, nil
 	}
 	carried := 0
-	var keys []string
+	var keys []*memEntry
 	for i := range s.shards {
 		if err := ctx.Err(); err != nil {
 			return carried, err
@@ -283,12 +283,12 @@ func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) 
 		keys = keys[:0]
 		sh.idx.all(func(e *memEntry) {
 			if strings.HasPrefix(e.key, scope) && sh.override(e.key, now) == nil {
-				keys = append(keys, e.key)
+				keys = append(keys, e)
 			}
 		})
 		sh.slow.Add(1) // no decision in the middle of a change
-		for _, key := range keys {
-			s.carryLocked(sh, key, from, p.specs, st, now)
+		for _, e := range keys {
+			s.carryLocked(sh, e.hash, e.key, from, p.specs, st, now)
 		}
 		sh.slow.Add(-1)
 		sh.mu.Unlock()

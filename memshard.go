@@ -1,7 +1,6 @@
 package floodgate
 
 import (
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -38,8 +37,7 @@ type memShard struct {
 	slow atomic.Int32
 	_    [64 - 20]byte
 
-	mu   sync.Mutex
-	seed maphash.Seed // the store's
+	mu sync.Mutex
 
 	// ovr holds the overrides of the shard's keys; nil when it has none,
 	// which is all a decision checks.
@@ -48,7 +46,7 @@ type memShard struct {
 	probation, protected memList // sentinels: next is the most recent
 	bytes                int64   // accounted bytes of every entry
 	protectedBytes       int64
-	_                    [24]byte // to a whole number of cache lines (see TestMemEntryLayout)
+	_                    [32]byte // to a whole number of cache lines (see TestMemEntryLayout)
 }
 
 // memList is the sentinel of a circular doubly linked list of entries.
@@ -135,17 +133,16 @@ func entrySize(key string, states []core.State) int64 {
 	return n
 }
 
-func (sh *memShard) init(seed maphash.Seed) {
-	sh.seed = seed
+func (sh *memShard) init() {
 	sh.idx.init()
 	sh.probation.init()
 	sh.protected.init()
 }
 
-// get returns key's entry, or nil, and records its use. The shard is
-// locked.
-func (sh *memShard) get(key string, maxBytes int64) *memEntry {
-	e := sh.idx.lookup(maphash.String(sh.seed, key), key)
+// get returns key's entry, or nil, and records its use; h is key's hash.
+// The shard is locked.
+func (sh *memShard) get(h uint64, key string, maxBytes int64) *memEntry {
+	e := sh.idx.lookup(h, key)
 	if e == nil {
 		return nil
 	}
@@ -177,10 +174,10 @@ func (sh *memShard) promote(e *memEntry, maxBytes int64) {
 	}
 }
 
-// add puts e, which no other goroutine holds yet, under key on
-// probation. The shard is locked.
+// add puts e, which no other goroutine holds yet, under key (whose hash
+// newEntry was given) on probation. The shard is locked.
 func (sh *memShard) add(key string, e *memEntry) {
-	e.key, e.hash = key, maphash.String(sh.seed, key)
+	e.key = key
 	e.size = entrySize(key, e.states)
 	sh.idx.add(e)
 	sh.probation.pushFront(e)
@@ -315,9 +312,9 @@ func (e *memEntry) isFull(now int64) bool {
 	return e.full <= now
 }
 
-// newEntry returns an entry for a key with n limits.
-func newEntry(n int) *memEntry {
-	e := &memEntry{nlim: uint8(n)}
+// newEntry returns an entry for a key with n limits, whose hash is hash.
+func newEntry(n int, hash uint64) *memEntry {
+	e := &memEntry{nlim: uint8(n), hash: hash}
 	if n == 1 {
 		e.states = e.one[:]
 	} else {
