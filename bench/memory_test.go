@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,4 +66,63 @@ func hotFloodgate(b *testing.B) *floodgate.Limiter {
 	}
 	b.Cleanup(func() { lim.Close() })
 	return lim
+}
+
+// BenchmarkMemoryVsXTimeRateKeys is BenchmarkMemoryVsXTimeRate on 10,000
+// keys, visited in turn as redisbench's in-process cells visit them, with
+// x/time/rate as users deploy it for many keys: one Limiter per key in a
+// sync.Map.
+//
+//	cd bench && go test -run - -bench MemoryVsXTimeRateKeys -benchmem -count 5
+func BenchmarkMemoryVsXTimeRateKeys(b *testing.B) {
+	names := make([]string, 10000)
+	for i := range names {
+		names[i] = "k" + strconv.Itoa(i)
+	}
+	var lims sync.Map
+	xAllow := func(key string) bool {
+		l, ok := lims.Load(key)
+		if !ok {
+			l, _ = lims.LoadOrStore(key, rate.NewLimiter(rate.Limit(1e9), 1e9))
+		}
+		return l.(*rate.Limiter).Allow()
+	}
+	fg := hotFloodgate(b)
+	ctx := context.Background()
+	fgAllow := func(key string) bool {
+		r, _ := fg.Allow(ctx, key)
+		return r.Allowed
+	}
+	for _, p := range []struct {
+		name  string
+		allow func(string) bool
+	}{{"x-time-rate", xAllow}, {"floodgate", fgAllow}} {
+		for _, n := range names { // every key known, as after warm-up
+			p.allow(n)
+			p.allow(n)
+		}
+		b.Run(p.name+"/Allow", func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				p.allow(names[i])
+				if i++; i == len(names) {
+					i = 0
+				}
+			}
+		})
+		b.Run(p.name+"/Allow-parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(997)) % len(names)
+				for pb.Next() {
+					p.allow(names[i])
+					if i++; i == len(names) {
+						i = 0
+					}
+				}
+			})
+		})
+	}
 }

@@ -128,11 +128,28 @@ func main() {
 
 	fg := redisstore.New(client, &redisstore.Options{Prefix: "fg:", DenialCache: true, MaxInflight: *inflight})
 	defer fg.Close()
-	// The same with leases on hot keys; leased counts its decisions, to
-	// set against its script calls.
+	// The same with leases on hot keys. leased and leasedCalls count its
+	// decisions and its script calls in the runs, the one from the runs'
+	// results and the other from its Stats before and after each: a
+	// counter in the decider would be written by every goroutine on every
+	// decision, a cost of the harness that only this peer would bear.
 	fgl := redisstore.New(client, &redisstore.Options{Prefix: "fgl:", DenialCache: true, MaxInflight: *inflight, Leases: &redisstore.LeaseOptions{}})
 	defer fgl.Close()
-	var leased atomic.Int64
+	var leased, leasedCalls uint64
+	const leasesPeer = "floodgate + leases"
+	// track runs f, which returns the results of peers in order, and adds
+	// the lease peer's share to leased and leasedCalls.
+	track := func(peers []peer, f func() []result) []result {
+		calls0 := fgl.Stats().ScriptCalls
+		rs := f()
+		for i, p := range peers {
+			if p.name == leasesPeer {
+				leased += uint64(rs[i].decisions)
+				leasedCalls += fgl.Stats().ScriptCalls - calls0
+			}
+		}
+		return rs
+	}
 	redisPeers := []peer{
 		{"floodgate", func(r int, p time.Duration, b int) decider {
 			lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(r), p, int64(b))}, nil)
@@ -152,14 +169,13 @@ func main() {
 				return err == nil && res.Allowed > 0, err
 			}
 		}, true},
-		{"floodgate + leases", func(r int, p time.Duration, b int) decider {
+		{leasesPeer, func(r int, p time.Duration, b int) decider {
 			lim, err := floodgate.NewLimiter(fgl, []floodgate.Limit{floodgate.TokenBucket(int64(r), p, int64(b))}, nil)
 			if err != nil {
 				panic(err)
 			}
 			return func(ctx context.Context, key string) (bool, error) {
 				res, err := lim.Allow(ctx, key)
-				leased.Add(1)
 				return res.Allowed, err
 			}
 		}, true},
@@ -252,7 +268,7 @@ func main() {
 				for i, p := range peers {
 					ds[i] = p.make(sc.rate, time.Second, sc.burst)
 				}
-				for i, rs := range runInterleaved(ds, sc, *duration) {
+				for i, rs := range track(peers, func() []result { return runInterleaved(ds, sc, *duration) }) {
 					res[i] = append(res[i], rs)
 				}
 			}
@@ -271,7 +287,8 @@ func main() {
 					client.FlushAll(ctx)
 					cpu0 = redisCPU(ctx, client)
 				}
-				rs := run(p.make(sc.rate, time.Second, sc.burst), sc, *duration)
+				d := p.make(sc.rate, time.Second, sc.burst)
+				rs := track(peers[i:i+1], func() []result { return []result{run(d, sc, *duration)} })[0]
 				if p.redis {
 					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
 				}
@@ -314,8 +331,7 @@ func main() {
 	}
 	s := fg.Stats()
 	fmt.Printf("\nfloodgate sent %d decisions in %d script calls (%.1f per call)\n", s.Decisions, s.ScriptCalls, float64(s.Decisions)/float64(max(s.ScriptCalls, 1)))
-	s = fgl.Stats()
-	fmt.Printf("floodgate + leases decided %d requests with %d script calls (%.4f calls per decision)\n", leased.Load(), s.ScriptCalls, float64(s.ScriptCalls)/float64(max(leased.Load(), 1)))
+	fmt.Printf("floodgate + leases decided %d requests with %d script calls in the runs (%.4f calls per decision)\n", leased, leasedCalls, float64(leasedCalls)/float64(max(leased, 1)))
 }
 
 func fmtDur(d time.Duration) string {
@@ -393,8 +409,14 @@ func run(d decider, sc scenario, dur time.Duration) result {
 	for i := range names {
 		names[i] = "k" + strconv.Itoa(i)
 	}
-	requests := make([]atomic.Int64, sc.keys)
-	admitted := make([]atomic.Int64, sc.keys)
+	// Each goroutine counts its decisions, and its requests and admissions
+	// per key, in variables of its own, and hands them over when it ends:
+	// counters side by side in one slice would make the goroutines write
+	// the same cache lines on every decision. That cost is the harness's,
+	// it weighs on every peer alike, and at 8 goroutines it hid the
+	// difference between them.
+	requests := make([][]int64, sc.goroutines)
+	admitted := make([][]int64, sc.goroutines)
 	ctx := context.Background()
 	lat := make([][]time.Duration, sc.goroutines)
 	counts := make([]int64, sc.goroutines)
@@ -407,8 +429,16 @@ func run(d decider, sc scenario, dur time.Duration) result {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			reqs, adms := make([]int64, sc.keys), make([]int64, sc.keys)
+			var n int64
+			var myLat []time.Duration
+			var myArr []arrival
+			defer func() {
+				requests[g], admitted[g], counts[g] = reqs, adms, n
+				lat[g], arrivals[g] = myLat, myArr
+			}()
 			i := g
-			for n := 0; ; n++ {
+			for ; ; n++ {
 				if n%64 == 0 && (stop.Load() || time.Since(start) > dur) {
 					stop.Store(true)
 					return
@@ -431,17 +461,16 @@ func run(d decider, sc scenario, dur time.Duration) result {
 				}
 				if !sc.inProcess {
 					l := time.Since(t0)
-					lat[g] = append(lat[g], l)
+					myLat = append(myLat, l)
 					if sc.record {
 						// The decision was made between t0 and t0+l;
 						// the middle is the best guess of when.
-						arrivals[g] = append(arrivals[g], arrival{at: t0.Add(l / 2), from: t0, to: t0.Add(l), key: int32(k), ok: ok})
+						myArr = append(myArr, arrival{at: t0.Add(l / 2), from: t0, to: t0.Add(l), key: int32(k), ok: ok})
 					}
 				}
-				counts[g]++
-				requests[k].Add(1)
+				reqs[k]++
 				if ok {
-					admitted[k].Add(1)
+					adms[k]++
 				}
 				i += sc.goroutines
 			}
@@ -457,9 +486,13 @@ func run(d decider, sc scenario, dur time.Duration) result {
 		total += counts[g]
 	}
 	most := int64(sc.burst) + int64(float64(sc.rate)*elapsed.Seconds())
-	for k := range requests {
-		adm += admitted[k].Load()
-		ideal += min(requests[k].Load(), most)
+	for k := range sc.keys {
+		var req int64
+		for g := range sc.goroutines {
+			req += requests[g][k]
+			adm += admitted[g][k]
+		}
+		ideal += min(req, most)
 	}
 	exact := total // the limit admits everything, and so would an exact limiter
 	var exactLo, exactHi int64
