@@ -11,8 +11,8 @@ import (
 )
 
 // This file batches concurrent decisions. script.go sends a batch as one
-// call of decide.lua; fastpath.go sends lone bucket decisions through the
-// function library; slots.go groups a batch by Cluster slot.
+// call of decide.lua; fastpath.go sends a batch made only of lone bucket
+// decisions through bucket.lua; slots.go groups a batch by Cluster slot.
 
 // call is one decision on its way to Redis: its keys and its part of the
 // script's arguments, and, once done, its result.

@@ -1,71 +1,97 @@
 -- floodgate: the fast path for the commonest decision, one request
--- against one bucket limit (token bucket, leaky bucket, GCRA), sent alone.
--- It decides with the same stepBucket (prelude.lua) as decide.lua,
--- and reads and writes the same state (see parseBucket); the conformance suite and the differential
--- fuzz test run through it. It exists because a lone decision costs Redis
--- about a third of the instructions that decide.lua's general batch
--- machinery does, and that is the latency of a single caller.
+-- against one bucket limit (token bucket, leaky bucket, GCRA). It decides
+-- with the same stepBucket (prelude.lua) as decide.lua, and reads and
+-- writes the same state (see parseBucket); the conformance suite and the
+-- differential fuzz test run through it. It exists because a lone
+-- decision costs Redis about a third of the instructions that decide.lua's
+-- general batch machinery does, and that is the latency of a single
+-- caller. Batches of such decisions go through it too (bucketBatch): one
+-- call, and for each decision its two reads and one write.
 -- (prelude.lua comes first. As a script, init() is called before this
--- code; in the library, this code is the body of a function.)
+-- code; in the library, these are functions of the library.)
 --
--- KEYS[1]  the bucket's state
--- ARGV[1]  ten big-endian doubles (struct.pack '>dddddddddd'), which cost
---          Redis far less to read than ten decimal strings: now in µs (or
---          -1 for the server's TIME), the cost n (0 peeks), milliseconds
---          added to the expiry, quota, rate, period (µs), then tau and n*T
---          as quotient and remainder (tauQ, tauR, iq, ir), which the
---          client computes exactly.
--- Returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs),
--- and for a key with an override "=" and the override's value.
+-- decideBucketKey decides one request on the bucket whose state is key.
+-- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
+-- Redis far less to read than ten decimal strings: now in µs (or -1 for
+-- the server's TIME, which serverTime reads), the cost n (0 peeks),
+-- milliseconds added to the expiry, quota, rate, period (µs), then tau and
+-- n*T as quotient and remainder (tauQ, tauR, iq, ir), which the client
+-- computes exactly.
+-- It returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs),
+-- and for a key with an override "=" and the override's value; or an
+-- error reply.
+local function decideBucketKey(key, arg, serverTime)
+  local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', arg)
+  if now < 0 then now = serverTime() end
 
-local key = KEYS[1]
-local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', ARGV[1])
-if now < 0 then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- The key's override, if it has one: a lone bucket is decided here, with
+  -- its parameters; other limits are decide.lua's, and the reply is then
+  -- the override alone, "=" and its value, which tells the client to send
+  -- the request there.
+  local marker
+  local okey = sub(key, 1, -3) .. 'o'
+  local oraw = rpcall('GET', okey)
+  if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
+  local ov
+  if oraw then
+    ov = parseOverride(oraw, key)
+    if not ov then return corrupt(okey) end
+    if ov.expires and ov.expires <= now then ov = nil end
+  end
+  if ov then
+    marker = '=' .. oraw
+    local sp = ov.specs[1]
+    if #ov.specs ~= 1 or sp.kind ~= 1 then return {marker} end
+    L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
+    iq, ir = sp.tq, sp.tr
+    if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
+  end
+
+  local tat, f, sr, last, skew = 0, 0, 0, 0, 0
+  local raw = rpcall('GET', key)
+  if type(raw) == 'table' and raw.err then return wrongType(key) end
+  if raw then
+    tat, f, sr, last, skew = parseBucket(raw)
+    if not tat then return corrupt(key) end
+  end
+  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
+  if n == 0 then allowed, retry = true, 0 end
+
+  if allowed and n > 0 then
+    local ttl = floor((reset + 999) / 1000) + extra
+    if ttl < 1 then ttl = 1 end
+    -- fmt: Redis would format a number argument with %.17g, which costs more.
+    call('SET', key, fmtBucket(nt, nf, R, t, sk), 'PX', fmt(ttl))
+  elseif raw and sk > skew then
+    -- The clock stepped back: remember it, as core's Commit does.
+    call('SET', key, fmtBucket(tat, f, sr, last, sk), 'KEEPTTL')
+  end
+  if marker then return {allowed and 1 or 0, remaining, retry, reset, marker} end
+  return {allowed and 1 or 0, remaining, retry, reset}
 end
 
--- The key's override, if it has one: a lone bucket is decided here, with
--- its parameters; other limits are decide.lua's, and the reply is then
--- the override alone, "=" and its value, which tells the client to send
--- the request there.
-local marker
-local okey = sub(key, 1, -3) .. 'o'
-local oraw = rpcall('GET', okey)
-if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
-local ov
-if oraw then
-  ov = parseOverride(oraw, key)
-  if not ov then return corrupt(okey) end
-  if ov.expires and ov.expires <= now then ov = nil end
-end
-if ov then
-  marker = '=' .. oraw
-  local sp = ov.specs[1]
-  if #ov.specs ~= 1 or sp.kind ~= 1 then return {marker} end
-  L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
-  iq, ir = sp.tq, sp.tr
-  if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
+-- bucketTime returns a function that reads the server's TIME at its first
+-- call and returns the same µs at every later one: the decisions of one
+-- call are made at one instant, as decide.lua's are.
+local function bucketTime()
+  local now
+  return function()
+    if not now then now = timeMicros() end
+    return now
+  end
 end
 
-local tat, f, sr, last, skew = 0, 0, 0, 0, 0
-local raw = rpcall('GET', key)
-if type(raw) == 'table' and raw.err then return wrongType(key) end
-if raw then
-  tat, f, sr, last, skew = parseBucket(raw)
-  if not tat then return corrupt(key) end
+-- bucketBatch decides, in order, one request per key of KEYS, each on the
+-- bucket whose state is that key, with the argument of the same index in
+-- ARGV (as decideBucketKey's). Each decision sees the ones before it.
+-- It returns one reply per request: decideBucketKey's array, or the
+-- message of its error reply.
+local function bucketBatch(keys, argv)
+  local out, serverTime = {}, bucketTime()
+  for i = 1, #keys do
+    local r = decideBucketKey(keys[i], argv[i], serverTime)
+    if r.err then r = r.err end
+    out[i] = r
+  end
+  return out
 end
-local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
-if n == 0 then allowed, retry = true, 0 end
-
-if allowed and n > 0 then
-  local ttl = floor((reset + 999) / 1000) + extra
-  if ttl < 1 then ttl = 1 end
-  -- fmt: Redis would format a number argument with %.17g, which costs more.
-  call('SET', key, fmtBucket(nt, nf, R, t, sk), 'PX', fmt(ttl))
-elseif raw and sk > skew then
-  -- The clock stepped back: remember it, as core's Commit does.
-  call('SET', key, fmtBucket(tat, f, sr, last, sk), 'KEEPTTL')
-end
-if marker then return {allowed and 1 or 0, remaining, retry, reset, marker} end
-return {allowed and 1 or 0, remaining, retry, reset}

@@ -541,10 +541,7 @@ end
 -- serverNow returns now, or for -1 the server's TIME.
 local function serverNow(now)
   if now >= 0 then return now end
-  if not servernow then
-    local t = call('TIME')
-    servernow = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
+  if not servernow then servernow = timeMicros() end
   return servernow
 end
 

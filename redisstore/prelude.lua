@@ -112,6 +112,12 @@ local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir, mode)
 end
 
 local function fmt(x) return format('%d', x) end
+
+-- timeMicros reads the server's clock, TIME, in µs.
+local function timeMicros()
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 local function fmt5(a, b, c, d, e) return format('%d:%d:%d:%d:%d', a, b, c, d, e) end
 
 

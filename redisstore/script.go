@@ -65,15 +65,18 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 }
 
 // sendGroup runs calls whose keys share a slot in one script call, or,
-// when they are few lone bucket decisions, through the fast path.
+// when they are all lone bucket decisions, through the fast path.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
-	if !s.noFastPath && len(calls) <= pipelineMax && s.allFast(calls) {
-		if len(calls) == 1 {
+	if !s.noFastPath && s.allFast(calls) {
+		switch {
+		case len(calls) == 1:
 			s.sendBucket(ctx, calls[0])
 			return
-		}
-		if s.fnReady.Load() {
+		case len(calls) <= pipelineMax && s.fnReady.Load():
 			s.sendPipelined(ctx, calls)
+			return
+		default:
+			s.sendBuckets(ctx, calls)
 			return
 		}
 	}

@@ -1,0 +1,110 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+)
+
+// A batch of lone bucket decisions goes to Redis as one call of the fast
+// path's batch, and decides each request as a call of its own would: the
+// same key several times in order, a key with a lone bucket's override
+// by that override, a key with another override by decide.lua, and a key
+// holding foreign data with an error of its own.
+func TestBucketBatch(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		batch, slow, noFns bool // one batch; decide.lua for all; scripts, not functions
+	}{
+		{"batch", true, false, false},
+		{"batch of scripts", true, false, true},
+		{"one by one", false, false, false},
+		{"decide.lua one by one", false, true, false},
+	} {
+		batch := tt.batch
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := redistest.Start(t).Client(t)
+			st := newStore(t, client, &redisstore.Options{Prefix: "bb:", Clock: storetest.NewClock(storetest.Base), DisableFunctions: tt.noFns})
+			if tt.slow {
+				st.DisableFastPath()
+			}
+			lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 3))
+			sp, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pol, err := st.Prepare([]core.Spec{sp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := client.LPush(ctx, "bb:{list}:0b", "x").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := lim.SetOverride(ctx, "lone", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 5)}}, floodgate.AsIs); err != nil {
+				t.Fatal(err)
+			}
+			two := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 2), floodgate.FixedWindow(9, time.Hour)}
+			if err := lim.SetOverride(ctx, "two", floodgate.Override{Limits: two}, floodgate.AsIs); err != nil {
+				t.Fatal(err)
+			}
+			keys := []string{"a", "a", "a", "a", "list", "lone", "two", "b", "two"}
+			want := []struct {
+				allowed   bool
+				remaining int64
+				limits    int    // len(Decision.Limits): the override's
+				err       string // in the error, for the key of foreign data
+			}{
+				{true, 2, 0, ""}, {true, 1, 0, ""}, {true, 0, 0, ""}, {false, 0, 0, ""},
+				{err: "wrong type"},
+				{true, 2, 1, ""}, // as-is: the 3 of the key's own limit, less 1
+				{true, 1, 2, ""},
+				{true, 2, 0, ""},
+				{true, 0, 2, ""},
+			}
+			var ds []core.Decision
+			var errs []error
+			before := st.Stats()
+			if batch {
+				ds, errs = st.TakeBatch(ctx, pol, keys, 1)
+			} else {
+				for _, k := range keys {
+					d, err := st.TakeBatch(ctx, pol, []string{k}, 1)
+					ds, errs = append(ds, d[0]), append(errs, err[0])
+				}
+			}
+			for i, w := range want {
+				d, err := ds[i], errs[i]
+				if w.err != "" {
+					if !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), w.err) {
+						t.Errorf("%d (%s): err = %v, want ErrStore with %q", i, keys[i], err, w.err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("%d (%s): %v", i, keys[i], err)
+					continue
+				}
+				if d.Allowed != w.allowed || d.Remaining != w.remaining || len(d.Limits) != w.limits {
+					t.Errorf("%d (%s): allowed %v, remaining %d, %d limits of an override; want %v, %d, %d",
+						i, keys[i], d.Allowed, d.Remaining, len(d.Limits), w.allowed, w.remaining, w.limits)
+				}
+			}
+			if batch {
+				// One call of the batch, and one of decide.lua for the two
+				// requests on the key whose override it decides.
+				if s := st.Stats(); s.ScriptCalls-before.ScriptCalls != 2 {
+					t.Errorf("%d script calls, want 2", s.ScriptCalls-before.ScriptCalls)
+				}
+			}
+		})
+	}
+}
