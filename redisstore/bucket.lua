@@ -17,29 +17,47 @@
 -- milliseconds added to the expiry, quota, rate, period (µs), then tau and
 -- n*T as quotient and remainder (tauQ, tauR, iq, ir), which the client
 -- computes exactly.
+-- seen holds, for one call, each key's override and state as read and as
+-- decided since (see bucketFlush, which writes them): a key decided
+-- several times in a batch is read once and written once, as decide.lua
+-- does, and each decision sees the ones before it.
 -- It returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs),
 -- and for a key with an override "=" and the override's value; or an
 -- error reply.
-local function decideBucketKey(key, arg, serverTime)
+local function decideBucketKey(key, arg, serverTime, seen)
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', arg)
   if now < 0 then now = serverTime() end
+
+  local s = seen[key]
+  if not s then
+    local okey = sub(key, 1, -3) .. 'o'
+    local oraw = rpcall('GET', okey)
+    if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
+    local ov = false
+    if oraw then
+      ov = parseOverride(oraw, key)
+      if not ov then return corrupt(okey) end
+    end
+    local raw = rpcall('GET', key)
+    if type(raw) == 'table' and raw.err then return wrongType(key) end
+    -- Every field in the constructor, so that the table is sized once.
+    s = {ov = ov, oraw = oraw, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, ttl = false, dirty = false}
+    if raw then
+      s.tat, s.f, s.sr, s.last, s.skew = parseBucket(raw)
+      if not s.tat then return corrupt(key) end
+    end
+    seen[key] = s
+  end
 
   -- The key's override, if it has one: a lone bucket is decided here, with
   -- its parameters; other limits are decide.lua's, and the reply is then
   -- the override alone, "=" and its value, which tells the client to send
   -- the request there.
   local marker
-  local okey = sub(key, 1, -3) .. 'o'
-  local oraw = rpcall('GET', okey)
-  if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
-  local ov
-  if oraw then
-    ov = parseOverride(oraw, key)
-    if not ov then return corrupt(okey) end
-    if ov.expires and ov.expires <= now then ov = nil end
-  end
+  local ov = s.ov
+  if ov and ov.expires and ov.expires <= now then ov = false end
   if ov then
-    marker = '=' .. oraw
+    marker = '=' .. s.oraw
     local sp = ov.specs[1]
     if #ov.specs ~= 1 or sp.kind ~= 1 then return {marker} end
     L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
@@ -47,27 +65,34 @@ local function decideBucketKey(key, arg, serverTime)
     if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
   end
 
-  local tat, f, sr, last, skew = 0, 0, 0, 0, 0
-  local raw = rpcall('GET', key)
-  if type(raw) == 'table' and raw.err then return wrongType(key) end
-  if raw then
-    tat, f, sr, last, skew = parseBucket(raw)
-    if not tat then return corrupt(key) end
-  end
-  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
+  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(s.tat, s.f, s.sr, s.last, s.skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
   if n == 0 then allowed, retry = true, 0 end
 
   if allowed and n > 0 then
     local ttl = floor((reset + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
-    -- fmt: Redis would format a number argument with %.17g, which costs more.
-    call('SET', key, fmtBucket(nt, nf, R, t, sk), 'PX', fmt(ttl))
-  elseif raw and sk > skew then
+    s.tat, s.f, s.sr, s.last, s.skew, s.found, s.ttl = nt, nf, R, t, sk, true, ttl
+    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
+  elseif s.found and sk > s.skew then
     -- The clock stepped back: remember it, as core's Commit does.
-    call('SET', key, fmtBucket(tat, f, sr, last, sk), 'KEEPTTL')
+    s.skew = sk
+    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   end
   if marker then return {allowed and 1 or 0, remaining, retry, reset, marker} end
   return {allowed and 1 or 0, remaining, retry, reset}
+end
+
+-- bucketFlush writes the states that decideBucketKey changed, once each,
+-- in the order they were first changed: with the expiry of the latest
+-- charge, or keeping the key's own when only its skew moved.
+local function bucketFlush(seen)
+  for i = 1, #seen do
+    local key = seen[i]
+    local s = seen[key]
+    local v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew)
+    -- fmt: Redis would format a number argument with %.17g, which costs more.
+    if s.ttl then call('SET', key, v, 'PX', fmt(s.ttl)) else call('SET', key, v, 'KEEPTTL') end
+  end
 end
 
 -- bucketTime returns a function that reads the server's TIME at its first
@@ -81,17 +106,27 @@ local function bucketTime()
   end
 end
 
+-- bucketOne decides one request on the bucket whose state is key: the
+-- fast path's function.
+local function bucketOne(key, arg)
+  local seen = {}
+  local r = decideBucketKey(key, arg, timeMicros, seen)
+  bucketFlush(seen)
+  return r
+end
+
 -- bucketBatch decides, in order, one request per key of KEYS, each on the
 -- bucket whose state is that key, with the argument of the same index in
 -- ARGV (as decideBucketKey's). Each decision sees the ones before it.
 -- It returns one reply per request: decideBucketKey's array, or the
 -- message of its error reply.
 local function bucketBatch(keys, argv)
-  local out, serverTime = {}, bucketTime()
+  local out, serverTime, seen = {}, bucketTime(), {}
   for i = 1, #keys do
-    local r = decideBucketKey(keys[i], argv[i], serverTime)
+    local r = decideBucketKey(keys[i], argv[i], serverTime, seen)
     if r.err then r = r.err end
     out[i] = r
   end
+  bucketFlush(seen)
   return out
 end

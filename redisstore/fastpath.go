@@ -29,7 +29,7 @@ var bucketSource string
 // bucketScript and bucketsScript are the fast path as scripts: one
 // decision, and a batch of them.
 var (
-	bucketScript  = redis.NewScript(preludeSource + "init()\n" + bucketSource + "return decideBucketKey(KEYS[1], ARGV[1], bucketTime())\n")
+	bucketScript  = redis.NewScript(preludeSource + "init()\n" + bucketSource + "return bucketOne(KEYS[1], ARGV[1])\n")
 	bucketsScript = redis.NewScript(preludeSource + "init()\n" + bucketSource + "return bucketBatch(KEYS, ARGV)\n")
 )
 
@@ -55,7 +55,7 @@ func library() (code, name string) {
 	code = "#!lua name=" + name + "\n" + body +
 		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
 		"  if not call then init() end\n" +
-		"  return decideBucketKey(keys[1], args[1], bucketTime())\n" +
+		"  return bucketOne(keys[1], args[1])\n" +
 		"end)\n" +
 		"redis.register_function('" + name + "_buckets', function(keys, args)\n" +
 		"  if not call then init() end\n" +
