@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"hash/maphash"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/core"
@@ -63,6 +65,11 @@ type leases struct {
 type leaseShard struct {
 	mu sync.Mutex
 	m  map[leaseKey]*lease
+	// ready is the granted leases of m, a map never changed once stored
+	// (mu's holder stores a changed copy), so that a request admitted from
+	// a lease takes no lock: under many goroutines on one hot key, the
+	// shard's lock was the lease's cost.
+	ready atomic.Pointer[map[leaseKey]*lease]
 	// seen is when each recent key was last decided without a lease (µs
 	// on now's clock), to tell hot keys; it starts again empty when it
 	// reaches seenMax.
@@ -82,9 +89,15 @@ type leaseKey struct {
 // take's answer, which the lease's admissions report with its own units
 // added. A lease with cool set and no units sends the key's requests to
 // Redis until expires: a take of a lease was refused.
+//
+// A granted lease's fields but units are set before it is published in
+// its shard's ready map and never change after. units only goes down,
+// by compare-and-swap (admit), or to 0 when the lease ends, so that a
+// request admitted without the shard's lock is either before the end or
+// refused.
 type lease struct {
 	fetching chan struct{}
-	units    int64
+	units    atomic.Int64
 	expires  int64 // µs on leases.now's clock
 	cool     bool
 	verdict  core.Verdict
@@ -119,6 +132,13 @@ func (l *leases) shard(key string) *leaseShard {
 func (l *leases) take(ctx context.Context, p *policy, key string, n int64) (d core.Decision, ok bool, err error) {
 	lk := leaseKey{p, key}
 	sh := l.shard(key)
+	if ready := sh.ready.Load(); ready != nil {
+		if ls := (*ready)[lk]; ls != nil {
+			if d, ok := ls.admit(p, n, l.micros()); ok {
+				return d, true, nil
+			}
+		}
+	}
 	for {
 		sh.mu.Lock()
 		now := l.micros()
@@ -135,20 +155,15 @@ func (l *leases) take(ctx context.Context, p *policy, key string, n int64) (d co
 		}
 		var back int64 // units of an ended lease, to give back
 		if ls != nil {
-			if now < ls.expires {
-				if ls.units >= n {
-					ls.units -= n
-					d = ls.decision(p)
-					sh.mu.Unlock()
-					return d, true, nil
-				}
-				if ls.cool {
-					sh.mu.Unlock()
-					return core.Decision{}, false, nil
-				}
+			if d, ok := ls.admit(p, n, now); ok {
+				sh.mu.Unlock()
+				return d, true, nil
 			}
-			back = ls.units
-			delete(sh.m, lk)
+			if now < ls.expires && ls.cool {
+				sh.mu.Unlock()
+				return core.Decision{}, false, nil
+			}
+			back = sh.end(lk, ls)
 		}
 		last, seen := sh.seen[lk]
 		hot := ls != nil || (seen && now-last < l.opts.Time.Microseconds())
@@ -192,10 +207,11 @@ func (l *leases) fetch(ctx context.Context, p *policy, key string, n int64, lk l
 	ls.expires = l.micros() + l.opts.Time.Microseconds()
 	granted := err == nil && d.Allowed && !overridden
 	if granted {
-		ls.units = k
+		ls.units.Store(k)
 		ls.verdict = d.Verdict
-		d = ls.decision(p)
+		d = ls.decision(p, k)
 		d.Source = core.SourceStore // Redis decided this one
+		sh.publish(lk, ls)
 	} else {
 		ls.cool = true
 	}
@@ -210,16 +226,62 @@ func (l *leases) fetch(ctx context.Context, p *policy, key string, n int64, lk l
 	return d, true, nil
 }
 
-// decision is the answer to a request admitted from ls: the take's, with
-// the lease's units left counted as remaining, and the time they stand
-// for taken off the reset. It is exact at the take, for a key that no
-// other process uses.
-func (ls *lease) decision(p *policy) core.Decision {
+// admit takes n units from ls, a lease no longer fetching, if it has them
+// and its time is not up at now, and returns the request's decision. It
+// needs no lock.
+func (ls *lease) admit(p *policy, n, now int64) (core.Decision, bool) {
+	if now >= ls.expires {
+		return core.Decision{}, false
+	}
+	for {
+		u := ls.units.Load()
+		if u < n {
+			return core.Decision{}, false
+		}
+		if ls.units.CompareAndSwap(u, u-n) {
+			return ls.decision(p, u-n), true
+		}
+	}
+}
+
+// decision is the answer to a request admitted from ls, with units left
+// after it: the take's, with those units counted as remaining, and the
+// time they stand for taken off the reset. It is exact at the take, for a
+// key that no other process uses.
+func (ls *lease) decision(p *policy, units int64) core.Decision {
 	d := core.Decision{Verdict: ls.verdict, Source: core.SourceLease}
-	d.Remaining += ls.units
-	held, _ := core.MulDiv(ls.units, p.specs[0].Period, p.specs[0].Rate)
+	d.Remaining += units
+	held, _ := core.MulDiv(units, p.specs[0].Period, p.specs[0].Rate)
 	d.Reset = max(d.Reset-held, 0)
 	return d
+}
+
+// publish adds ls, just granted, to sh's ready map. sh is locked.
+func (sh *leaseShard) publish(lk leaseKey, ls *lease) {
+	var m map[leaseKey]*lease
+	if old := sh.ready.Load(); old != nil {
+		m = maps.Clone(*old)
+	} else {
+		m = make(map[leaseKey]*lease, 1)
+	}
+	m[lk] = ls
+	sh.ready.Store(&m)
+}
+
+// end removes ls, the lease of lk, from sh, which is locked, and returns
+// the units it had left: from then on it admits nothing.
+func (sh *leaseShard) end(lk leaseKey, ls *lease) int64 {
+	if old := sh.ready.Load(); old != nil && (*old)[lk] == ls {
+		m := maps.Clone(*old)
+		delete(m, lk)
+		if len(m) == 0 {
+			sh.ready.Store(nil)
+		} else {
+			sh.ready.Store(&m)
+		}
+	}
+	delete(sh.m, lk)
+	return ls.units.Swap(0)
 }
 
 // giveBack refunds n units of a lease on key (nothing when n is 0).
@@ -239,7 +301,7 @@ func (l *leases) forget(key string) {
 	sh.mu.Lock()
 	for lk, ls := range sh.m {
 		if lk.key == key && ls.fetching == nil {
-			delete(sh.m, lk)
+			sh.end(lk, ls) // its units are dropped, not given back
 		}
 	}
 	sh.mu.Unlock()
@@ -279,10 +341,9 @@ func (l *leases) returnEnded(all bool) {
 		now := l.micros()
 		for lk, ls := range sh.m {
 			if ls.fetching == nil && (all || now >= ls.expires) {
-				if ls.units > 0 {
-					back = append(back, ended{lk, ls.units})
+				if n := sh.end(lk, ls); n > 0 {
+					back = append(back, ended{lk, n})
 				}
-				delete(sh.m, lk)
 			}
 		}
 		sh.mu.Unlock()
