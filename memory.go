@@ -382,9 +382,16 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	pols := make([]*memPolicy, len(reqs))
-	hashes := make([]uint64, len(reqs))
-	shards := make([]uint64, len(reqs))
+	// A group's bookkeeping, on the stack for the common small groups.
+	var polBuf [8]*memPolicy
+	var hashBuf, shardBuf, lockBuf [8]uint64
+	var chargedBuf [8]bool
+	n := len(reqs)
+	pols, hashes, shards, charged := polBuf[:], hashBuf[:], shardBuf[:], chargedBuf[:]
+	if n > len(polBuf) {
+		pols, hashes, shards, charged = make([]*memPolicy, n), make([]uint64, n), make([]uint64, n), make([]bool, n)
+	}
+	pols, hashes, shards, charged = pols[:n], hashes[:n], shards[:n], charged[:n]
 	for i := range reqs {
 		p, ok := reqs[i].Policy.(*memPolicy)
 		if !ok || p.s != s {
@@ -394,13 +401,14 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 		hashes[i] = maphash.String(s.seed, reqs[i].Key)
 		shards[i] = hashes[i] >> s.shift
 	}
-	locks := slices.Compact(slices.Sorted(slices.Values(shards)))
+	locks := append(lockBuf[:0], shards...)
+	slices.Sort(locks)
+	locks = slices.Compact(locks)
 	for _, j := range locks {
 		s.shards[j].mu.Lock()
 		s.shards[j].slow.Add(1) // no decision between the group's and its undoing
 	}
 	now := s.now()
-	charged := make([]bool, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		o := opTake

@@ -241,26 +241,28 @@ func decided(c *envoyCheck, r *floodgate.Request) {
 // code, with the RateLimit headers when they are enabled.
 func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.RateLimitResponse {
 	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(checks))}
+	// The statuses' messages, allocated together rather than one by one.
+	parts := make([]statusParts, len(checks))
 	now := s.now()
 	var minimum *rls.RateLimitResponse_DescriptorStatus
 	minRemaining := uint32(math.MaxUint32)
 	for i := range checks {
 		c := &checks[i]
+		st := &parts[i].status
+		st.Code = rls.RateLimitResponse_OK
+		resp.Statuses[i] = st
 		if unlimited[i] {
-			resp.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			st.LimitRemaining = math.MaxUint32
 			continue
 		}
 		if c.limit == nil {
-			resp.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
 			continue
 		}
-		st := &rls.RateLimitResponse_DescriptorStatus{
-			Code: rls.RateLimitResponse_OK,
-			CurrentLimit: &rls.RateLimitResponse_RateLimit{
-				Name: c.limit.Name, RequestsPerUnit: c.limit.RequestsPerUnit, Unit: rls.RateLimitResponse_RateLimit_Unit(c.limit.Unit),
-			},
-			DurationUntilReset: durationpb.New(s.untilReset(c, now)),
-		}
+		lim, reset := &parts[i].limit, &parts[i].reset
+		lim.Name, lim.RequestsPerUnit, lim.Unit = c.limit.Name, c.limit.RequestsPerUnit, rls.RateLimitResponse_RateLimit_Unit(c.limit.Unit)
+		d := s.untilReset(c, now)
+		reset.Seconds, reset.Nanos = int64(d/time.Second), int32(d%time.Second)
+		st.CurrentLimit, st.DurationUntilReset = lim, reset
 		if !c.over {
 			st.LimitRemaining = uint32(min(c.res.Remaining, math.MaxUint32))
 		}
@@ -268,7 +270,7 @@ func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.Rate
 		switch {
 		case c.over && c.quota:
 			// quota_mode: reported, not enforced.
-			st = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK, CurrentLimit: st.CurrentLimit}
+			st.LimitRemaining, st.DurationUntilReset = 0, nil
 		case c.over && c.shadow:
 			// shadow_mode: counted, never denies.
 		case c.over:
@@ -281,13 +283,8 @@ func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.Rate
 		if st.Code == rls.RateLimitResponse_OVER_LIMIT {
 			minimum, minRemaining = st, 0
 		}
-		resp.Statuses[i] = st
 	}
-	if resp.OverallCode == rls.RateLimitResponse_OK {
-		s.decisions.Add(1, "envoy", "allowed")
-	} else {
-		s.decisions.Add(1, "envoy", "denied")
-	}
+	s.countEnvoy(resp.OverallCode == rls.RateLimitResponse_OK)
 	if s.rlsHeaders && minimum != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(minimum.CurrentLimit.RequestsPerUnit), 10)},
@@ -296,6 +293,27 @@ func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.Rate
 		}
 	}
 	return resp
+}
+
+// countEnvoy counts an Envoy answer in decisions, under the rule "envoy".
+func (s *Service) countEnvoy(allowed bool) {
+	i, outcome := 1, "denied"
+	if allowed {
+		i, outcome = 0, "allowed"
+	}
+	c := s.envoyOutcome[i].Load()
+	if c == nil {
+		c = s.decisions.With("envoy", outcome)
+		s.envoyOutcome[i].Store(c)
+	}
+	c.Add(1)
+}
+
+// statusParts is the messages of one descriptor's status in an answer.
+type statusParts struct {
+	status rls.RateLimitResponse_DescriptorStatus
+	limit  rls.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
 }
 
 // untilReset is DurationUntilReset: for envoyproxy/ratelimit's window, as

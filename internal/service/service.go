@@ -66,6 +66,9 @@ type Service struct {
 	now        func() time.Time
 	overrides  overrides
 	envoyStats *envoyMetrics
+	// envoyOutcome caches decisions' counters of Envoy's allowed (0) and
+	// denied (1) answers, found on first use: finding one joins its labels.
+	envoyOutcome [2]atomic.Pointer[atomic.Uint64]
 }
 
 // ruleset is a configuration with its rules prepared on the store once,
