@@ -142,17 +142,13 @@ func (f *foreignKeys) settle(c *call) {
 // that finds it gone (FUNCTION FLUSH, a failover) was not run, and is sent
 // again on its own, which loads it.
 func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
-	if s.batch != nil {
-		s.batch.scripts.Add(uint64(len(calls)))
-		s.batch.decisions.Add(uint64(len(calls)))
-	}
+	s.counted(len(calls), len(calls))
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
 		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.arg(c.now, c.n))
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	var slow []*call
 	for i, c := range calls {
 		if functionMissing(cmds[i].Err()) {
 			s.fnReady.Store(false)
@@ -160,6 +156,24 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 		} else {
 			c.out, c.err = s.bucketResult(c, cmds[i])
 		}
+	}
+	s.handOn(ctx, calls)
+}
+
+// sendBucket decides one request on one bucket limit with the fast path.
+func (s *Store) sendBucket(ctx context.Context, c *call) {
+	s.counted(1, 1)
+	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
+	if c.err == errNotFast {
+		s.handOn(ctx, []*call{c})
+	}
+}
+
+// handOn sends to decide.lua, in one call, those of calls that the fast
+// path answered with errNotFast, and remembers their keys (foreignKeys).
+func (s *Store) handOn(ctx context.Context, calls []*call) {
+	var slow []*call
+	for _, c := range calls {
 		if c.err == errNotFast {
 			s.foreign.add(c.keys[0])
 			slow = append(slow, c)
@@ -167,19 +181,6 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 	}
 	if slow != nil {
 		s.sendDecide(ctx, slow)
-	}
-}
-
-// sendBucket decides one request on one bucket limit with the fast path.
-func (s *Store) sendBucket(ctx context.Context, c *call) {
-	if s.batch != nil {
-		s.batch.scripts.Add(1)
-		s.batch.decisions.Add(1)
-	}
-	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
-	if c.err == errNotFast {
-		s.foreign.add(c.keys[0])
-		s.sendDecide(ctx, []*call{c})
 	}
 }
 
@@ -226,17 +227,13 @@ func putDouble(b []byte, v int64) {
 // path's two reads and one write, without decide.lua's general machinery,
 // and the call's own cost is shared by all of them.
 func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
-	if s.batch != nil {
-		s.batch.scripts.Add(1)
-		s.batch.decisions.Add(uint64(len(calls)))
-	}
+	s.counted(1, len(calls))
 	keys := make([]string, len(calls))
 	args := make([]any, len(calls))
 	for i, c := range calls {
 		keys[i], args[i] = c.keys[0], c.p.fast.arg(c.now, c.n)
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Slice()
-	var slow []*call
 	for i, c := range calls {
 		switch {
 		case err != nil:
@@ -246,14 +243,8 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 		default:
 			c.out, c.err = s.bucketReply(c, res[i])
 		}
-		if c.err == errNotFast {
-			s.foreign.add(c.keys[0])
-			slow = append(slow, c)
-		}
 	}
-	if slow != nil {
-		s.sendDecide(ctx, slow)
-	}
+	s.handOn(ctx, calls)
 }
 
 // bucketReply reads one decision's reply in a batch of the fast path's:

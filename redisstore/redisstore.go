@@ -646,6 +646,14 @@ func (s *Store) wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: redis: %w", floodgate.ErrStore, err)
 }
 
+// counted adds script calls carrying decisions to the Store's Stats.
+func (s *Store) counted(scripts, decisions int) {
+	if s.batch != nil {
+		s.batch.scripts.Add(uint64(scripts))
+		s.batch.decisions.Add(uint64(decisions))
+	}
+}
+
 // Stats are counters of a Store's traffic to Redis.
 type Stats struct {
 	Decisions   uint64 // decisions sent (each Take is one)

@@ -87,10 +87,7 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 // decide.lua.
 func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	keys, args := s.decideArgs(calls)
-	if s.batch != nil {
-		s.batch.scripts.Add(1)
-		s.batch.decisions.Add(uint64(len(calls)))
-	}
+	s.counted(1, len(calls))
 	res, err := s.runDecide(ctx, keys, args...).Slice()
 	s.decideResult(calls, res, err)
 	for _, c := range calls {
