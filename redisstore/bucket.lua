@@ -10,6 +10,18 @@
 -- (prelude.lua comes first. As a script, init() is called before this
 -- code; in the library, these are functions of the library.)
 --
+-- A decision's reply is a record, read by bucketRecord (fastpath.go): a
+-- byte that says which kind, then for a decision allowed (0/1), remaining,
+-- retry (µs, -1 never) and reset (µs) as four big-endian doubles, and for
+-- an override or an error message its length (4 bytes, big-endian) and its
+-- bytes. Binary, because Redis turns an array of numbers into its reply,
+-- and the client back, at a cost per number that a string does not have;
+-- a batch's reply is its records one after the other, one string.
+local RECORD_DECISION = 0 -- a decision
+local RECORD_OVERRIDE = 1 -- a decision by the key's override, and the override
+local RECORD_ELSEWHERE = 2 -- the key's override alone: decide.lua decides it
+local RECORD_ERROR = 3 -- the decision's error message (in a batch)
+
 -- decideBucketKey decides one request on the bucket whose state is key.
 -- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
 -- Redis far less to read than ten decimal strings: now in µs (or -1 for
@@ -21,9 +33,7 @@
 -- decided since (see bucketFlush, which writes them): a key decided
 -- several times in a batch is read once and written once, as decide.lua
 -- does, and each decision sees the ones before it.
--- It returns allowed (0/1), remaining, retry (µs, -1 never), reset (µs),
--- and for a key with an override "=" and the override's value; or an
--- error reply.
+-- It returns the decision's record (see record), or an error reply.
 local function decideBucketKey(key, arg, serverTime, seen)
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', arg)
   if now < 0 then now = serverTime() end
@@ -50,16 +60,14 @@ local function decideBucketKey(key, arg, serverTime, seen)
   end
 
   -- The key's override, if it has one: a lone bucket is decided here, with
-  -- its parameters; other limits are decide.lua's, and the reply is then
-  -- the override alone, "=" and its value, which tells the client to send
-  -- the request there.
-  local marker
+  -- its parameters; other limits are decide.lua's, and the record then
+  -- holds the override alone, which tells the client to send the request
+  -- there.
   local ov = s.ov
   if ov and ov.expires and ov.expires <= now then ov = false end
   if ov then
-    marker = '=' .. s.oraw
     local sp = ov.specs[1]
-    if #ov.specs ~= 1 or sp.kind ~= 1 then return {marker} end
+    if #ov.specs ~= 1 or sp.kind ~= 1 then return spack('>BI4', RECORD_ELSEWHERE, #s.oraw) .. s.oraw end
     L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
     iq, ir = sp.tq, sp.tr
     if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
@@ -78,8 +86,10 @@ local function decideBucketKey(key, arg, serverTime, seen)
     s.skew = sk
     if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   end
-  if marker then return {allowed and 1 or 0, remaining, retry, reset, marker} end
-  return {allowed and 1 or 0, remaining, retry, reset}
+  if ov then
+    return spack('>BddddI4', RECORD_OVERRIDE, allowed and 1 or 0, remaining, retry, reset, #s.oraw) .. s.oraw
+  end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
 -- bucketFlush writes the states that decideBucketKey changed, once each,
@@ -118,15 +128,15 @@ end
 -- bucketBatch decides, in order, one request per key of KEYS, each on the
 -- bucket whose state is that key, with the argument of the same index in
 -- ARGV (as decideBucketKey's). Each decision sees the ones before it.
--- It returns one reply per request: decideBucketKey's array, or the
--- message of its error reply.
+-- It returns the requests' records, in order, as one string: a decision
+-- that fails has the record of its error.
 local function bucketBatch(keys, argv)
   local out, serverTime, seen = {}, bucketTime(), {}
   for i = 1, #keys do
     local r = decideBucketKey(keys[i], argv[i], serverTime, seen)
-    if r.err then r = r.err end
+    if type(r) == 'table' then r = spack('>BI4', RECORD_ERROR, #r.err) .. r.err end
     out[i] = r
   end
   bucketFlush(seen)
-  return out
+  return concat(out)
 end

@@ -233,73 +233,110 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	for i, c := range calls {
 		keys[i], args[i] = c.keys[0], c.p.fast.arg(c.now, c.n)
 	}
-	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Slice()
-	for i, c := range calls {
+	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
+	for _, c := range calls {
 		switch {
 		case err != nil:
 			c.out, c.err = nil, s.wrap(c.ctx, err)
-		case len(res) != len(calls):
-			c.out, c.err = nil, fmt.Errorf("%w: script returned %d replies for %d requests", floodgate.ErrStore, len(res), len(calls))
+		case res == "":
+			c.out, c.err = nil, fmt.Errorf("%w: script returned too few replies for %d requests", floodgate.ErrStore, len(calls))
 		default:
-			c.out, c.err = s.bucketReply(c, res[i])
+			c.out, res, c.err = s.bucketRecord(c, res)
+		}
+	}
+	if err == nil && res != "" {
+		// Never seen: the calls above already have their replies.
+		for _, c := range calls {
+			c.out, c.err = nil, fmt.Errorf("%w: script returned more replies than the %d requests", floodgate.ErrStore, len(calls))
 		}
 	}
 	s.handOn(ctx, calls)
 }
 
-// bucketReply reads one decision's reply in a batch of the fast path's:
-// bucketResult's array, or the message of the decision's error.
-func (s *Store) bucketReply(c *call, v any) ([]int64, error) {
-	switch v := v.(type) {
-	case []any:
-		return s.bucketValues(c, v)
-	case string:
-		return nil, s.wrap(c.ctx, errors.New(v))
-	}
-	return nil, fmt.Errorf("%w: script returned %T for a request", floodgate.ErrStore, v)
-}
-
-// bucketResult reads the fast path's reply to c: 4 integers, and the
-// key's override after them if it has one. It returns errNotFast when the
-// key's override is not a lone bucket, which decide.lua must decide.
+// bucketResult reads the fast path's reply to c, one record (see
+// bucketRecord). It returns errNotFast when the key's override is not a
+// lone bucket, which decide.lua must decide.
 func (s *Store) bucketResult(c *call, cmd *redis.Cmd) ([]int64, error) {
-	res, err := cmd.Slice()
+	res, err := cmd.Text()
 	if err != nil {
 		return nil, s.wrap(c.ctx, err)
 	}
-	return s.bucketValues(c, res)
+	out, rest, err := s.bucketRecord(c, res)
+	if err == nil && rest != "" {
+		return nil, fmt.Errorf("%w: script returned %d bytes after its reply", floodgate.ErrStore, len(rest))
+	}
+	return out, err
 }
 
-// bucketValues is bucketResult on the reply's values.
-func (s *Store) bucketValues(c *call, res []any) ([]int64, error) {
+// The kinds of record in the fast path's reply (bucket.lua's RECORD_*).
+const (
+	recordDecision  = 0 // allowed, remaining, retry, reset
+	recordOverride  = 1 // the same, then the key's override
+	recordElsewhere = 2 // the key's override alone: decide.lua decides
+	recordError     = 3 // the decision's error message
+)
+
+// bucketRecord reads the first record of the fast path's reply b (see
+// bucket.lua): c's 4 values allowed, remaining, retry and reset, and the
+// key's override after them if it has one (set in c.limits). It returns
+// the rest of b, and errNotFast for a key whose override decide.lua must
+// decide.
+func (s *Store) bucketRecord(c *call, b string) (out []int64, rest string, err error) {
 	c.limits = nil
-	if k := len(res); k == 1 || k == 5 {
-		raw, _ := res[k-1].(string)
-		raw, ok := strings.CutPrefix(raw, "=")
+	if b == "" {
+		return nil, "", fmt.Errorf("%w: script returned an empty reply", floodgate.ErrStore)
+	}
+	kind, b := b[0], b[1:]
+	switch kind {
+	case recordDecision, recordOverride:
+		if len(b) < 32 {
+			break
+		}
+		out = make([]int64, 4)
+		for i := range out {
+			out[i] = int64(math.Float64frombits(bigEndian64(b[8*i:])))
+		}
+		if b = b[32:]; kind == recordDecision {
+			return out, b, nil
+		}
+		raw, rest, ok := lengthPrefixed(b)
 		if !ok {
-			return nil, fmt.Errorf("%w: script returned %v", floodgate.ErrStore, res)
+			break
 		}
-		if k == 1 {
-			return nil, errNotFast
+		if c.limits, err = s.decoded.decode(raw); err != nil {
+			return nil, rest, err
 		}
-		limits, err := s.decoded.decode(raw)
-		if err != nil {
-			return nil, err
+		return out, rest, nil
+	case recordElsewhere:
+		if _, rest, ok := lengthPrefixed(b); ok {
+			return nil, rest, errNotFast
 		}
-		c.limits, res = limits, res[:4]
+	case recordError:
+		if msg, rest, ok := lengthPrefixed(b); ok {
+			return nil, rest, s.wrap(c.ctx, errors.New(msg))
+		}
 	}
-	if len(res) != 4 {
-		return nil, fmt.Errorf("%w: script returned %d values for one limit", floodgate.ErrStore, len(res))
+	return nil, "", fmt.Errorf("%w: script returned a reply floodgate cannot read", floodgate.ErrStore)
+}
+
+// lengthPrefixed reads a string of b that its length (4 bytes, big-endian)
+// precedes, and returns it and the rest of b.
+func lengthPrefixed(b string) (s, rest string, ok bool) {
+	if len(b) < 4 {
+		return "", "", false
 	}
-	out := make([]int64, 4)
-	for i, v := range res {
-		x, ok := v.(int64)
-		if !ok {
-			return nil, fmt.Errorf("%w: script returned %T, not an integer", floodgate.ErrStore, v)
-		}
-		out[i] = x
+	n := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	if n > uint64(len(b)-4) {
+		return "", "", false
 	}
-	return out, nil
+	return b[4 : 4+n], b[4+n:], true
+}
+
+// bigEndian64 reads the first 8 bytes of b, big-endian.
+func bigEndian64(b string) uint64 {
+	_ = b[7]
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
 // errNotFast is bucketResult's answer for a key whose override the fast
