@@ -36,7 +36,8 @@ local RECORD_ERROR = 3 -- the decision's error message (in a batch)
 -- It returns the decision's record (see record), or an error reply.
 local function decideBucketKey(key, arg, serverTime, seen)
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', arg)
-  if now < 0 then now = serverTime() end
+  local onServer = now < 0
+  if onServer then now = serverTime() end
 
   local s = seen[key]
   if not s then
@@ -51,9 +52,9 @@ local function decideBucketKey(key, arg, serverTime, seen)
     local raw = rpcall('GET', key)
     if type(raw) == 'table' and raw.err then return wrongType(key) end
     -- Every field in the constructor, so that the table is sized once.
-    s = {ov = ov, oraw = oraw, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, ttl = false, dirty = false}
+    s = {ov = ov, oraw = oraw, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
     if raw then
-      s.tat, s.f, s.sr, s.last, s.skew = parseBucket(raw)
+      s.tat, s.f, s.sr, s.last, s.skew, s.e = parseBucket(raw)
       if not s.tat then return corrupt(key) end
     end
     seen[key] = s
@@ -79,7 +80,17 @@ local function decideBucketKey(key, arg, serverTime, seen)
   if allowed and n > 0 then
     local ttl = floor((reset + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
-    s.tat, s.f, s.sr, s.last, s.skew, s.found, s.ttl = nt, nf, R, t, sk, true, ttl
+    if onServer then
+      -- On the server's clock, whose time Redis's expiry keeps, the key
+      -- keeps an expiry that still covers this charge (bucketExpiry). An
+      -- expiry set earlier in this call stays to be written.
+      local px, e = bucketExpiry(s.e, now, ttl)
+      if px then s.ttl = px end
+      s.e = e
+    else
+      s.ttl, s.e = ttl, 0
+    end
+    s.tat, s.f, s.sr, s.last, s.skew, s.found = nt, nf, R, t, sk, true
     if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   elseif s.found and sk > s.skew then
     -- The clock stepped back: remember it, as core's Commit does.
@@ -93,13 +104,14 @@ local function decideBucketKey(key, arg, serverTime, seen)
 end
 
 -- bucketFlush writes the states that decideBucketKey changed, once each,
--- in the order they were first changed: with the expiry of the latest
--- charge, or keeping the key's own when only its skew moved.
+-- in the order they were first changed: with the expiry that the call's
+-- charges need, or keeping the key's own when it covers them (see
+-- bucketExpiry) or only the key's skew moved.
 local function bucketFlush(seen)
   for i = 1, #seen do
     local key = seen[i]
     local s = seen[key]
-    local v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew)
+    local v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew, s.e)
     -- fmt: Redis would format a number argument with %.17g, which costs more.
     if s.ttl then call('SET', key, v, 'PX', fmt(s.ttl)) else call('SET', key, v, 'KEEPTTL') end
   end

@@ -781,7 +781,7 @@ local function decideBatch(keys, argv)
       call('DEL', key) -- forgotten (see forget)
     else
       local value
-      if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5]) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
+      if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
       if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
     end
   end

@@ -2,9 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -119,9 +121,11 @@ func TestServerTime(t *testing.T) {
 	if !r.Allowed || r.Quota != 16 || r.Remaining != 15 || r.ResetAfter != 2*time.Second {
 		t.Fatalf("CL.THROTTLE user123 15 30 60 = %+v, want allowed, 16, 15, reset 2s", r)
 	}
+	// The key lives until the bucket is full again, 2s, and at most a
+	// second after (see bucketExpiry).
 	ttl, err := srv.Client(t).PTTL(context.Background(), "floodgate:{user123}:0b").Result()
-	if err != nil || ttl <= 0 || ttl > 2*time.Second {
-		t.Fatalf("key TTL = %s, %v; want at most the 2s reset", ttl, err)
+	if err != nil || ttl < 2*time.Second-100*time.Millisecond || ttl > 3*time.Second {
+		t.Fatalf("key TTL = %s, %v; want the 2s reset, and at most a second more", ttl, err)
 	}
 }
 
@@ -143,6 +147,21 @@ func TestHostileState(t *testing.T) {
 		{"garbage window", floodgate.FixedWindow(1, time.Second), "h:{d}:0f", func() error { return client.Set(ctx, "h:{d}:0f", "12:13", 0).Err() }, "corrupt state"},
 		{"garbage counter", floodgate.SlidingWindow(1, time.Second), "h:{e}:0s", func() error { return client.Set(ctx, "h:{e}:0s", "a:b:c", 0).Err() }, "corrupt state"},
 		{"string where a log is", floodgate.SlidingLog(1, time.Second), "h:{f}:0l", func() error { return client.Set(ctx, "h:{f}:0l", "x", 0).Err() }, "wrong type"},
+		{"binary bucket with a fraction", floodgate.PerSecond(1), "h:{h}:0b", func() error {
+			return client.Set(ctx, "h:{h}:0b", rawBucket(1, 1.5, 0, 0), 0).Err()
+		}, "corrupt state"},
+		{"binary bucket, negative", floodgate.PerSecond(1), "h:{i}:0b", func() error {
+			return client.Set(ctx, "h:{i}:0b", rawBucket(2, 1, 0, 0, 0, 10, -1), 0).Err()
+		}, "corrupt state"},
+		{"binary bucket, not a number", floodgate.PerSecond(1), "h:{j}:0b", func() error {
+			return client.Set(ctx, "h:{j}:0b", rawBucket(1, math.NaN(), 0, 0), 0).Err()
+		}, "corrupt state"},
+		{"binary bucket, infinite", floodgate.PerSecond(1), "h:{k}:0b", func() error {
+			return client.Set(ctx, "h:{k}:0b", rawBucket(1, 1, 0, math.Inf(1)), 0).Err()
+		}, "corrupt state"},
+		{"binary bucket, cut short", floodgate.PerSecond(1), "h:{m}:0b", func() error {
+			return client.Set(ctx, "h:{m}:0b", rawBucket(1, 1, 0, 0)[:24], 0).Err()
+		}, "corrupt state"},
 		{"fractional log score", floodgate.SlidingLog(1, time.Second), "h:{g}:0l", func() error {
 			return client.ZAdd(ctx, "h:{g}:0l", redis.Z{Score: 1.5, Member: "m"}).Err()
 		}, "corrupt state"},
@@ -165,10 +184,12 @@ func TestHostileState(t *testing.T) {
 }
 
 // TestBucketState checks the forms of a bucket's state through both
-// scripts: "tat:d" (TAT in µs, latest charge at tat-d) and
-// "tat:d:f:R:skew" (plus f/R µs, and the skew after a clock step), and
-// the forms "tat" and "tat:f:R" of earlier versions, which each reads.
-// Each writes the short form unless the TAT has a fraction.
+// scripts: binary, "\1" and tat, d, e as doubles (TAT in µs, latest charge
+// at tat-d, e the time its expiry is known to hold until, 0 on an injected
+// clock) or "\2" and tat, d, e, f, R, skew (plus f/R µs, and the skew
+// after a clock step), and the decimal forms of earlier versions, "tat:d",
+// "tat:d:f:R:skew", "tat" and "tat:f:R", which each reads. Each writes the
+// short form unless the TAT has a fraction or the key a skew.
 func TestBucketState(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
@@ -182,15 +203,19 @@ func TestBucketState(t *testing.T) {
 		remaining int64
 		after     string
 	}{
-		{"fresh, even rate", floodgate.TokenBucket(10, time.Second, 10), "", 9, us(100000) + ":100000"},
-		{"old short form", floodgate.TokenBucket(10, time.Second, 10), us(500000), 4, us(600000) + ":600000"},
-		{"old long form, no fraction", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":0:10", 4, us(600000) + ":600000"},
-		{"short form", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":700000", 4, us(600000) + ":600000"},
-		{"fresh, uneven rate", floodgate.TokenBucket(3, time.Second, 3), "", 2, us(333333) + ":333333:1:3:0"},
-		{"fraction adds up", floodgate.TokenBucket(3, time.Second, 3), us(333333) + ":333333:2:3:0", 0, us(666667) + ":666667"},
-		{"fraction of another rate", floodgate.TokenBucket(10, time.Second, 10), us(499999) + ":499999:1:3:0", 4, us(600000) + ":600000"},
+		{"fresh, even rate", floodgate.TokenBucket(10, time.Second, 10), "", 9, bucketState(now+100000, 100000, 0)},
+		{"short form", floodgate.TokenBucket(10, time.Second, 10), bucketState(now+500000, 700000, 0), 4, bucketState(now+600000, 600000, 0)},
+		{"short form with an e, on an injected clock", floodgate.TokenBucket(10, time.Second, 10), bucketState(now+500000, 700000, now+9e6), 4, bucketState(now+600000, 600000, 0)},
+		{"long form", floodgate.TokenBucket(3, time.Second, 3), bucketState(now+333333, 333333, 0, 2, 3, 0), 0, bucketState(now+666667, 666667, 0)},
+		{"decimal short form", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":700000", 4, bucketState(now+600000, 600000, 0)},
+		{"oldest short form", floodgate.TokenBucket(10, time.Second, 10), us(500000), 4, bucketState(now+600000, 600000, 0)},
+		{"oldest long form, no fraction", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":0:10", 4, bucketState(now+600000, 600000, 0)},
+		{"fresh, uneven rate", floodgate.TokenBucket(3, time.Second, 3), "", 2, bucketState(now+333333, 333333, 0, 1, 3, 0)},
+		{"decimal fraction adds up", floodgate.TokenBucket(3, time.Second, 3), us(333333) + ":333333:2:3:0", 0, bucketState(now+666667, 666667, 0)},
+		{"fraction of another rate", floodgate.TokenBucket(10, time.Second, 10), bucketState(now+499999, 499999, 0, 1, 3, 0), 4, bucketState(now+600000, 600000, 0)},
 		// The latest charge was 1s after now: the clock stepped back 1s.
-		{"clock stepped back", floodgate.TokenBucket(10, time.Second, 10), us(1500000) + ":500000", 4, us(1600000) + ":600000:0:10:1000000"},
+		{"clock stepped back", floodgate.TokenBucket(10, time.Second, 10), bucketState(now+1500000, 500000, 0), 4, bucketState(now+1600000, 600000, 0, 0, 10, 1000000)},
+		{"decimal, clock stepped back", floodgate.TokenBucket(10, time.Second, 10), us(1500000) + ":500000", 4, bucketState(now+1600000, 600000, 0, 0, 10, 1000000)},
 	}
 	for _, path := range []string{"fast path", "decide"} {
 		for i, tt := range tests {
@@ -212,9 +237,96 @@ func TestBucketState(t *testing.T) {
 					t.Fatalf("Take = %+v, %v; want allowed with %d remaining", r, err, tt.remaining)
 				}
 				if got := client.Get(ctx, rkey).Val(); got != tt.after {
-					t.Errorf("state %q, want %q", got, tt.after)
+					t.Errorf("state %s, want %s", showBucket(got), showBucket(tt.after))
 				}
 			})
+		}
+	}
+}
+
+// bucketState is a bucket's state in the binary form (see parseBucket in
+// prelude.lua): tat, d and e, then f, R and skew if given.
+func bucketState(tat, d, e int64, long ...int64) string {
+	vs := []float64{float64(tat), float64(d), float64(e)}
+	for _, v := range long {
+		vs = append(vs, float64(v))
+	}
+	if len(long) > 0 {
+		return rawBucket(2, vs...)
+	}
+	return rawBucket(1, vs...)
+}
+
+// rawBucket is a binary bucket state of the given form holding vs,
+// whatever they are.
+func rawBucket(form byte, vs ...float64) string {
+	b := []byte{form}
+	for _, v := range vs {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return string(b)
+}
+
+// showBucket shows a binary bucket state as its numbers.
+func showBucket(s string) string {
+	if len(s) != 25 && len(s) != 49 {
+		return strconv.Quote(s)
+	}
+	out := fmt.Sprintf("form %d:", s[0])
+	for i := 1; i < len(s); i += 8 {
+		out += fmt.Sprintf(" %d", int64(math.Float64frombits(binary.BigEndian.Uint64([]byte(s[i:i+8])))))
+	}
+	return out
+}
+
+// TestBucketExpiry follows a bucket's key on the server's clock through
+// the fast path: every charge leaves it an expiry no earlier than its
+// reset, a quarter or a second after it at most, and a charge that the
+// key's expiry already covers keeps it rather than setting another.
+func TestBucketExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	st := newStore(t, client, &redisstore.Options{Prefix: "be:"})
+	lim := limiter(t, st, floodgate.TokenBucket(10, time.Second, 10))
+	var e0 int64
+	for i := range 10 {
+		before, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := lim.Allow(ctx, "k")
+		if err != nil || !r.Allowed {
+			t.Fatalf("take %d = %+v, %v", i, r, err)
+		}
+		after, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The decision was made between before and after, on that clock.
+		at := client.PExpireTime(ctx, "be:{k}:0b").Val().Microseconds()
+		slack := max(time.Second, r.ResetAfter/4).Microseconds()
+		reset := r.ResetAfter.Microseconds()
+		if at < before.UnixMicro()+reset || at > after.UnixMicro()+reset+slack+1000 {
+			t.Fatalf("take %d: expires %dµs after the decision began, want from its reset %dµs to %dµs more", i, at-before.UnixMicro(), reset, slack)
+		}
+		raw := client.Get(ctx, "be:{k}:0b").Val()
+		if len(raw) != 25 || raw[0] != 1 {
+			t.Fatalf("take %d: state %s, want the short binary form", i, showBucket(raw))
+		}
+		e := int64(math.Float64frombits(binary.BigEndian.Uint64([]byte(raw[17:25]))))
+		switch {
+		case i == 0:
+			// A fresh key: its expiry is the reset, 100ms, and a second.
+			if at < before.UnixMicro()+1100000-1000 {
+				t.Fatalf("first take: expires %dµs after the decision began, want the reset and a second", at-before.UnixMicro())
+			}
+			e0 = e
+		case before.UnixMicro()+r.ResetAfter.Microseconds()+200000 <= e0:
+			// The first expiry covers this charge by far: it is kept.
+			if e != e0 {
+				t.Errorf("take %d: e %d, want the first %d kept", i, e, e0)
+			}
 		}
 	}
 }
