@@ -145,6 +145,17 @@ func (s *MemoryStore) carryLocked(sh *memShard, h uint64, key string, from, to [
 			*st = core.State{Log: st.Log[:0]}
 		}
 		v, d := l.Step(st, now, 0)
+		if l.Kind == core.Log {
+			// Reading a sliding log drops its expired marks (all of them
+			// when it rejoins the clock), as the Redis store's peek does;
+			// a peek's grown skew is not kept.
+			skew := st.Skew
+			l.Commit(st, d, now, 0, false)
+			if len(st.Log) > 0 {
+				st.Skew = skew
+			}
+			v, d = l.Step(st, now, 0)
+		}
 		if w := want[i]; w >= 0 && v.Remaining != w {
 			if v.Remaining < w {
 				_, d = l.Refund(st, now, w-v.Remaining)
