@@ -41,21 +41,24 @@ local function decideBucketKey(key, arg, serverTime, seen)
 
   local s = seen[key]
   if not s then
-    local okey = sub(key, 1, -3) .. 'o'
-    local oraw = rpcall('GET', okey)
-    if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
-    local ov = false
-    if oraw then
-      ov = parseOverride(oraw, key)
-      if not ov then return corrupt(okey) end
-    end
     local raw = rpcall('GET', key)
     if type(raw) == 'table' and raw.err then return wrongType(key) end
     -- Every field in the constructor, so that the table is sized once.
-    s = {ov = ov, oraw = oraw, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
+    s = {ov = false, oraw = false, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
+    local bare = false
     if raw then
-      s.tat, s.f, s.sr, s.last, s.skew, s.e = parseBucket(raw)
+      s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
       if not s.tat then return corrupt(key) end
+    end
+    if not bare then
+      -- The key may have an override (see parseBucket): look.
+      local okey = sub(key, 1, -3) .. 'o'
+      local oraw = rpcall('GET', okey)
+      if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
+      if oraw then
+        s.ov, s.oraw = parseOverride(oraw, key), oraw
+        if not s.ov then return corrupt(okey) end
+      end
     end
     seen[key] = s
   end
@@ -111,7 +114,7 @@ local function bucketFlush(seen)
   for i = 1, #seen do
     local key = seen[i]
     local s = seen[key]
-    local v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew, s.e)
+    local v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew, s.e, not s.oraw)
     -- fmt: Redis would format a number argument with %.17g, which costs more.
     if s.ttl then call('SET', key, v, 'PX', fmt(s.ttl)) else call('SET', key, v, 'KEEPTTL') end
   end

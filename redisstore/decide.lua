@@ -705,6 +705,8 @@ local function makeCarry()
     elseif raw ~= '' then
       -- Redis's own expiry only cleans up: the time line decides.
       if ttl > 0 then call('SET', okey, raw, 'PX', ttl + extra) else call('SET', okey, raw) end
+      -- The fast path's bucket for the key must look for it now.
+      markOverridden(stateBase(base.keys[1]) .. '0b')
     else
       call('DEL', okey)
     end
@@ -781,7 +783,7 @@ local function decideBatch(keys, argv)
       call('DEL', key) -- forgotten (see forget)
     else
       local value
-      if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
+      if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0, false) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
       if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
     end
   end

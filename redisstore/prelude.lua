@@ -134,55 +134,73 @@ local function timeline(now, last, skew)
   return t, skew
 end
 
--- A bucket's state is binary: "\1" and three big-endian doubles, tat, d
--- and e (struct '>Bddd'), or, when the TAT has a fraction f/R of a µs (a
+-- A bucket's state is binary: a byte, then three big-endian doubles, tat,
+-- d and e (struct '>Bddd'), or, when the TAT has a fraction f/R of a µs (a
 -- rate that does not divide its period evenly) or the key runs ahead of
--- the clock, "\2" and tat, d, e, f, R, skew ('>Bdddddd'): the TAT in µs,
--- the latest charge at tat - d, the skew, and e, the time (µs, on the
--- server's clock) until which the key's expiry is known to hold, or 0
--- (see bucketExpiry). Reading it costs Redis a sixth of parsing the same
--- numbers in decimal. parseBucket returns tat, f, R, last, skew, e (f, R
--- and skew 0 in the short form), or nil for anything else. It also reads
--- the decimal forms of earlier versions, with e 0: "tat:d" and
--- "tat:d:f:R:skew", and before those "tat" and "tat:f:R", which did not
--- keep their latest charge (last = 0: no step back is seen on them).
+-- the clock, six, tat, d, e, f, R, skew ('>Bdddddd'): the TAT in µs, the
+-- latest charge at tat - d, the skew, and e, the time (µs, on the
+-- server's clock) until which the key's expiry is known to hold, or 0 (see
+-- bucketExpiry). The byte says which form, and whether the key may have
+-- an override: 1 and 2 (short, long) say it has none, so that the fast
+-- path need not look; 3 and 4 that it may. Reading it costs Redis a sixth
+-- of parsing the same numbers in decimal. parseBucket returns tat, f, R,
+-- last, skew, e and whether the key has no override (f, R and skew 0 in
+-- the short form), or nil for anything else. It also reads the decimal
+-- forms of earlier versions, with e 0 and an override possible: "tat:d"
+-- and "tat:d:f:R:skew", and before those "tat" and "tat:f:R", which did
+-- not keep their latest charge (last = 0: no step back is seen on them).
 -- fmtBucket writes the shorter binary form that holds.
+-- Every write of an override marks its key's bucket (see carry in
+-- decide.lua); decide.lua, which does not look, writes 3 or 4; the fast
+-- path writes 1 or 2 when it looked and found none.
 local function parseBucket(raw)
   local tag, n = byte(raw), #raw
-  if tag == 1 and n == 25 then
+  if (tag == 1 or tag == 3) and n == 25 then
     local _, x, d, e = sunpack('>Bddd', raw)
     if x >= 0 and x < TWO53 and x % 1 == 0 and d >= 0 and d < TWO53 and d % 1 == 0 and
       e >= 0 and e < TWO53 and e % 1 == 0 then
-      return x, 0, 0, x - d, 0, e
+      return x, 0, 0, x - d, 0, e, tag == 1
     end
     return nil
   end
-  if tag == 2 and n == 49 then
+  if (tag == 2 or tag == 4) and n == 49 then
     local _, x, d, e, y, z, k = sunpack('>Bdddddd', raw)
     for _, v in ipairs({x, d, e, y, z, k}) do
       if not (v >= 0 and v < TWO53 and v % 1 == 0) then return nil end
     end
-    return x, y, z, x - d, k, e
+    return x, y, z, x - d, k, e, tag == 2
   end
   local x, d = match(raw, '^(%d+):(%d+)$')
   if x then
     x = tonumber(x)
-    return x, 0, 0, x - tonumber(d), 0, 0
+    return x, 0, 0, x - tonumber(d), 0, 0, false
   end
   local y, z, k
   x, d, y, z, k = match(raw, '^(%d+):(%d+):(%d+):(%d+):(%d+)$')
   if x then
     x = tonumber(x)
-    return x, tonumber(y), tonumber(z), x - tonumber(d), tonumber(k), 0
+    return x, tonumber(y), tonumber(z), x - tonumber(d), tonumber(k), 0, false
   end
-  if match(raw, '^%d+$') then return tonumber(raw), 0, 0, 0, 0, 0 end
+  if match(raw, '^%d+$') then return tonumber(raw), 0, 0, 0, 0, 0, false end
   x, y, z = match(raw, '^(%d+):(%d+):(%d+)$')
-  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0, 0 end
+  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0, 0, false end
 end
 
-local function fmtBucket(tat, f, R, last, skew, e)
-  if f == 0 and skew == 0 then return spack('>Bddd', 1, tat, tat - last, e) end
-  return spack('>Bdddddd', 2, tat, tat - last, e, f, R, skew)
+-- fmtBucket's bare says the key has no override.
+local function fmtBucket(tat, f, R, last, skew, e, bare)
+  if f == 0 and skew == 0 then return spack('>Bddd', bare and 1 or 3, tat, tat - last, e) end
+  return spack('>Bdddddd', bare and 2 or 4, tat, tat - last, e, f, R, skew)
+end
+
+-- markOverridden marks the bucket at key as one that may have an override
+-- (see parseBucket), keeping its value and expiry otherwise.
+local function markOverridden(key)
+  local raw = rpcall('GET', key)
+  if type(raw) ~= 'string' then return end
+  local tag = byte(raw)
+  if (tag == 1 and #raw == 25) or (tag == 2 and #raw == 49) then
+    call('SETRANGE', key, 0, tag == 1 and '\3' or '\4')
+  end
 end
 
 -- bucketExpiry says how a bucket's key charged at now (µs, the server's

@@ -205,6 +205,8 @@ func TestBucketState(t *testing.T) {
 	}{
 		{"fresh, even rate", floodgate.TokenBucket(10, time.Second, 10), "", 9, bucketState(now+100000, 100000, 0)},
 		{"short form", floodgate.TokenBucket(10, time.Second, 10), bucketState(now+500000, 700000, 0), 4, bucketState(now+600000, 600000, 0)},
+		{"short form that may have an override", floodgate.TokenBucket(10, time.Second, 10), rawBucket(3, float64(now+500000), 700000, 0), 4, bucketState(now+600000, 600000, 0)},
+		{"long form that may have an override", floodgate.TokenBucket(3, time.Second, 3), rawBucket(4, float64(now+333333), 333333, 0, 2, 3, 0), 0, bucketState(now+666667, 666667, 0)},
 		{"short form with an e, on an injected clock", floodgate.TokenBucket(10, time.Second, 10), bucketState(now+500000, 700000, now+9e6), 4, bucketState(now+600000, 600000, 0)},
 		{"long form", floodgate.TokenBucket(3, time.Second, 3), bucketState(now+333333, 333333, 0, 2, 3, 0), 0, bucketState(now+666667, 666667, 0)},
 		{"decimal short form", floodgate.TokenBucket(10, time.Second, 10), us(500000) + ":700000", 4, bucketState(now+600000, 600000, 0)},
@@ -236,11 +238,70 @@ func TestBucketState(t *testing.T) {
 				if err != nil || !r.Allowed || r.Remaining != tt.remaining {
 					t.Fatalf("Take = %+v, %v; want allowed with %d remaining", r, err, tt.remaining)
 				}
-				if got := client.Get(ctx, rkey).Val(); got != tt.after {
-					t.Errorf("state %s, want %s", showBucket(got), showBucket(tt.after))
+				want := tt.after
+				if path == "decide" {
+					// decide.lua does not look for an override: the key
+					// may have one (see parseBucket).
+					want = string(want[0]+2) + want[1:]
+				}
+				if got := client.Get(ctx, rkey).Val(); got != want {
+					t.Errorf("state %s, want %s", showBucket(got), showBucket(want))
 				}
 			})
 		}
+	}
+}
+
+// TestOverrideMarksBucket sets an override on a key whose bucket says it
+// has none (see parseBucket): the next decision on the fast path finds the
+// override all the same, and leaves the bucket saying it has none once the
+// override is gone.
+func TestOverrideMarksBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	for _, st := range []floodgate.Strategy{floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
+		t.Run(fmt.Sprint(st), func(t *testing.T) {
+			store := newStore(t, client, &redisstore.Options{Prefix: "om:"})
+			lim := limiter(t, store, floodgate.TokenBucket(1, time.Hour, 3))
+			// tag is the bucket's first byte, 0 when it has no state
+			// (ResetUsage drops it): the fast path then looks too.
+			tag := func() byte {
+				raw := client.Get(ctx, "om:{k}:0b").Val()
+				if raw == "" {
+					return 0
+				}
+				return raw[0]
+			}
+			client.Del(ctx, "om:{k}:0b", "om:{k}:o")
+			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 3 {
+				t.Fatalf("before the override: %+v, %v", r, err)
+			}
+			if b := tag(); b != 1 {
+				t.Fatalf("bucket's form %d before the override, want 1 (no override)", b)
+			}
+			if err := lim.SetOverride(ctx, "k", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 9)}}, st); err != nil {
+				t.Fatal(err)
+			}
+			if b := tag(); b != 3 && (b != 0 || st != floodgate.ResetUsage) {
+				t.Fatalf("bucket's form %d after the override, want 3 (may have one)", b)
+			}
+			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 9 {
+				t.Fatalf("with the override: %+v, %v; want its quota, 9", r, err)
+			}
+			if b := tag(); b != 3 {
+				t.Fatalf("bucket's form %d with the override, want 3", b)
+			}
+			if err := lim.DeleteOverride(ctx, "k", floodgate.AsIs); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 3 {
+				t.Fatalf("after the override: %+v, %v; want the limit's quota, 3", r, err)
+			}
+			if b := tag(); b != 1 {
+				t.Fatalf("bucket's form %d after the override, want 1", b)
+			}
+		})
 	}
 }
 
