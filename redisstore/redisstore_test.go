@@ -750,6 +750,62 @@ func TestBatching(t *testing.T) {
 	}
 }
 
+// Callers that stop waiting, and a Close in the middle of the traffic,
+// leave no call unanswered and no goroutine behind (TestMain checks):
+// a batch whose callers have all left is still sent, and calls queued at
+// Close fail with ErrClosed.
+func TestBatchCallersLeave(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	st := newStore(t, client, &redisstore.Options{Prefix: "cl:", MaxInflight: 1})
+	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 1000))
+	const workers, tries = 32, 60
+	var wg sync.WaitGroup
+	var answered, left, closed atomic.Int64
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range tries {
+				ctx, cancel := context.WithCancel(context.Background())
+				switch {
+				case i < 10 || (w+i)%4 == 0:
+					// Gone before it is sent, or while it waits; at first
+					// every caller, so that whole batches have none.
+					cancel()
+				case (w+i)%4 == 1:
+					go cancel() // gone at some point while it waits
+				}
+				if w == 0 && i == tries/2 {
+					st.Close()
+				}
+				_, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%7))
+				cancel()
+				switch {
+				case err == nil:
+					answered.Add(1)
+				case errors.Is(err, context.Canceled):
+					left.Add(1)
+				case errors.Is(err, floodgate.ErrClosed):
+					closed.Add(1)
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if answered.Load() == 0 || closed.Load() == 0 {
+		t.Errorf("%d answered, %d left, %d closed: want some answered before Close and some closed after", answered.Load(), left.Load(), closed.Load())
+	}
+	t.Logf("%d answered, %d left, %d closed", answered.Load(), left.Load(), closed.Load())
+}
+
 // A key holding foreign data fails its own decisions, never the others
 // that share its batch.
 func TestBatchIsolatesErrors(t *testing.T) {
