@@ -33,7 +33,8 @@ local RECORD_ERROR = 3 -- the decision's error message (in a batch)
 -- decided since (see bucketFlush, which writes them): a key decided
 -- several times in a batch is read once and written once, as decide.lua
 -- does, and each decision sees the ones before it.
--- It returns the decision's record (see record), or an error reply.
+-- It returns the decision's record (see RECORD_DECISION), or an error
+-- reply.
 local function decideBucketKey(key, arg, serverTime, seen)
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = sunpack('>dddddddddd', arg)
   local onServer = now < 0
