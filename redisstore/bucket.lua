@@ -22,6 +22,20 @@ local RECORD_OVERRIDE = 1 -- a decision by the key's override, and the override
 local RECORD_ELSEWHERE = 2 -- the key's override alone: decide.lua decides it
 local RECORD_ERROR = 3 -- the decision's error message (in a batch)
 
+-- bucketExpiry says how a bucket's key charged at now (µs, the server's
+-- clock) stays until ttl ms from now, when its limit is full again, given
+-- e from its state. While e covers that, the key keeps its expiry (false,
+-- e): setting one costs Redis as much again as writing the value.
+-- Otherwise it returns the expiry to set, ttl and a slack of a quarter of
+-- it but at least a second, so that a key charged often sets one about
+-- once a second, and its e, 1ms short of it for Redis's rounding to the
+-- millisecond. A key so outlives its full limit by at most the slack.
+local function bucketExpiry(e, now, ttl)
+  if now + ttl * 1000 <= e then return false, e end
+  local px = ttl + max(1000, floor(ttl / 4))
+  return px, now + (px - 1) * 1000
+end
+
 -- decideBucketKey decides one request on the bucket whose state is key.
 -- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
 -- Redis far less to read than ten decimal strings: now in µs (or -1 for

@@ -139,10 +139,10 @@ end
 -- rate that does not divide its period evenly) or the key runs ahead of
 -- the clock, six, tat, d, e, f, R, skew ('>Bdddddd'): the TAT in µs, the
 -- latest charge at tat - d, the skew, and e, the time (µs, on the
--- server's clock) until which the key's expiry is known to hold, or 0 (see
--- bucketExpiry). The byte says which form, and whether the key may have
--- an override: 1 and 2 (short, long) say it has none, so that the fast
--- path need not look; 3 and 4 that it may. Reading it costs Redis a sixth
+-- server's clock) until which the key's expiry is known to hold, or 0
+-- (see bucketExpiry in bucket.lua). The byte says which form, and whether
+-- the key may have an override: 1 and 2 (short, long) say it has none, so
+-- that the fast path need not look; 3 and 4 that it may. Reading it costs Redis a sixth
 -- of parsing the same numbers in decimal. parseBucket returns tat, f, R,
 -- last, skew, e and whether the key has no override (f, R and skew 0 in
 -- the short form), or nil for anything else. It also reads the decimal
@@ -201,20 +201,6 @@ local function markOverridden(key)
   if (tag == 1 and #raw == 25) or (tag == 2 and #raw == 49) then
     call('SETRANGE', key, 0, tag == 1 and '\3' or '\4')
   end
-end
-
--- bucketExpiry says how a bucket's key charged at now (µs, the server's
--- clock) stays until ttl ms from now, when its limit is full again, given
--- e from its state. While e covers that, the key keeps its expiry (false,
--- e): setting one costs Redis as much again as writing the value.
--- Otherwise it returns the expiry to set, ttl and a slack of a quarter of
--- it but at least a second, so that a key charged often sets one about
--- once a second, and its e, 1ms short of it for Redis's rounding to the
--- millisecond. A key so outlives its full limit by at most the slack.
-local function bucketExpiry(e, now, ttl)
-  if now + ttl * 1000 <= e then return false, e end
-  local px = ttl + max(1000, floor(ttl / 4))
-  return px, now + (px - 1) * 1000
 end
 
 -- decideBucket is core's Spec.Step for a bucket: it reads the state at
