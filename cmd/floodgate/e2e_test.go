@@ -486,6 +486,18 @@ func TestInvalidConfigAtStart(t *testing.T) {
 	}
 }
 
+func TestBadGCFloor(t *testing.T) {
+	for _, arg := range []string{"64MB", "-1", ""} {
+		out, err := exec.Command(binary, "serve", "--gc-floor", arg, "--http", "127.0.0.1:0", "--resp", "").CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Fatalf("--gc-floor %q: exit %v\n%s", arg, err, out)
+		}
+		if !strings.Contains(string(out), "--gc-floor: ") {
+			t.Errorf("--gc-floor %q: output lacks the flag:\n%s", arg, out)
+		}
+	}
+}
+
 // Garbage on either port gets an error and never affects other clients.
 func TestGarbage(t *testing.T) {
 	in := serve(t)

@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/dash"
+	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/resp"
 	"github.com/floodgate/floodgate/internal/rls"
@@ -49,6 +50,9 @@ type serveFlags struct {
 	// ui serves the dashboard at /ui/, sampling every uiStep.
 	ui     bool
 	uiStep time.Duration
+	// gcFloor is how far the heap grows between collections at least, as
+	// --gc-floor reads: bytes, KiB, MiB, GiB; "0" for Go's default.
+	gcFloor string
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
@@ -71,6 +75,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
 	fs.BoolVar(&f.ui, "ui", e.bool("FLOODGATE_UI", true), "serve the dashboard at /ui/ on the HTTP listener ($FLOODGATE_UI)")
+	fs.StringVar(&f.gcFloor, "gc-floor", e.str("FLOODGATE_GC_FLOOR", "64MiB"), "let the heap grow by at least this much between garbage collections (bytes, or with KiB, MiB or GiB; 0 for Go's default): fewer collections under load, for at most this much more memory; ignored when GOGC is set ($FLOODGATE_GC_FLOOR)")
 	fs.DurationVar(&f.uiStep, "ui-step", e.duration("FLOODGATE_UI_STEP", 2*time.Second), "how often the dashboard samples the counters: its chart's resolution ($FLOODGATE_UI_STEP)")
 	fs.StringVar(&f.tls.Cert, "tls-cert", e.str("FLOODGATE_TLS_CERT", ""), "PEM certificate (chain) for TLS on the HTTP and Redis-protocol listeners; reloaded on SIGHUP ($FLOODGATE_TLS_CERT)")
 	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
@@ -261,6 +266,14 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if f.gcFloor != "0" {
+		floor, err := parseBytes(f.gcFloor)
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: --gc-floor: %v\n", err)
+			return 2
+		}
+		defer gcfloor.Start(uint64(floor)).Stop()
+	}
 	mod := stamp(f.config) // before reading, so that no change is missed
 	cfg, err := loadRules(f.config)
 	if err != nil {
