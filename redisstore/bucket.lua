@@ -1,12 +1,14 @@
--- floodgate: the fast path for the commonest decision, one request
--- against one bucket limit (token bucket, leaky bucket, GCRA). It decides
--- with the same stepBucket (prelude.lua) as decide.lua, and reads and
--- writes the same state (see parseBucket); the conformance suite and the
--- differential fuzz test run through it. It exists because a lone
--- decision costs Redis about a third of the instructions that decide.lua's
--- general batch machinery does, and that is the latency of a single
--- caller. Batches of such decisions go through it too (bucketBatch): one
--- call, and for each decision its two reads and one write.
+-- floodgate: the fast path for the commonest decisions, one request
+-- against one bucket limit (token bucket, leaky bucket, GCRA) or one fixed
+-- window (epoch-aligned: not a calendar window). It decides with the same
+-- decideBucket and decideFixed (prelude.lua) as decide.lua, and reads and
+-- writes the same states (see parseBucket and parseFixed); the
+-- conformance suite and the differential fuzz test run through it. It
+-- exists because a lone decision costs Redis about a third of the
+-- instructions that decide.lua's general batch machinery does, and that
+-- is the latency of a single caller. Batches of such decisions go through
+-- it too (bucketBatch): one call, and for each decision its two reads and
+-- one write.
 -- (prelude.lua comes first. As a script, init() is called before this
 -- code; in the library, these are functions of the library.)
 --
@@ -34,6 +36,40 @@ local function bucketExpiry(e, now, ttl)
   if now + ttl * 1000 <= e then return false, e end
   local px = ttl + max(1000, floor(ttl / 4))
   return px, now + (px - 1) * 1000
+end
+
+-- record returns a decision's record, with the key's override oraw after
+-- it when there is one (false for none).
+local function record(oraw, allowed, remaining, retry, reset)
+  if oraw then
+    return spack('>BddddI4', RECORD_OVERRIDE, allowed and 1 or 0, remaining, retry, reset, #oraw) .. oraw
+  end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
+end
+
+-- elsewhere returns the record that hands a request to decide.lua: the
+-- key's override alone.
+local function elsewhere(s)
+  return spack('>BI4', RECORD_ELSEWHERE, #s.oraw) .. s.oraw
+end
+
+-- dirty marks the state s of key as one to write when the call ends, in
+-- the order states were first changed.
+local function dirty(seen, key, s)
+  if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
+end
+
+-- readOverride reads the override of the key whose state is key into
+-- s.ov (parsed) and s.oraw (as stored), and returns nothing, or an error
+-- reply.
+local function readOverride(key, s)
+  local okey = sub(key, 1, -3) .. 'o'
+  local oraw = rpcall('GET', okey)
+  if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
+  if oraw then
+    s.ov, s.oraw = parseOverride(oraw, key), oraw
+    if not s.ov then return corrupt(okey) end
+  end
 end
 
 -- decideBucketKey decides one request on the bucket whose state is key.
@@ -67,13 +103,8 @@ local function decideBucketKey(key, arg, serverTime, seen)
     end
     if not bare then
       -- The key may have an override (see parseBucket): look.
-      local okey = sub(key, 1, -3) .. 'o'
-      local oraw = rpcall('GET', okey)
-      if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
-      if oraw then
-        s.ov, s.oraw = parseOverride(oraw, key), oraw
-        if not s.ov then return corrupt(okey) end
-      end
+      local err = readOverride(key, s)
+      if err then return err end
     end
     seen[key] = s
   end
@@ -86,7 +117,7 @@ local function decideBucketKey(key, arg, serverTime, seen)
   if ov and ov.expires and ov.expires <= now then ov = false end
   if ov then
     local sp = ov.specs[1]
-    if #ov.specs ~= 1 or sp.kind ~= 1 then return spack('>BI4', RECORD_ELSEWHERE, #s.oraw) .. s.oraw end
+    if #ov.specs ~= 1 or sp.kind ~= 1 then return elsewhere(s) end
     L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
     iq, ir = sp.tq, sp.tr
     if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
@@ -109,19 +140,79 @@ local function decideBucketKey(key, arg, serverTime, seen)
       s.ttl, s.e = ttl, 0
     end
     s.tat, s.f, s.sr, s.last, s.skew, s.found = nt, nf, R, t, sk, true
-    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
+    dirty(seen, key, s)
   elseif s.found and sk > s.skew then
     -- The clock stepped back: remember it, as core's Commit does.
     s.skew = sk
-    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
+    dirty(seen, key, s)
   end
-  if ov then
-    return spack('>BddddI4', RECORD_OVERRIDE, allowed and 1 or 0, remaining, retry, reset, #s.oraw) .. s.oraw
-  end
-  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
+  return record(ov and s.oraw, allowed, remaining, retry, reset)
 end
 
--- bucketFlush writes the states that decideBucketKey changed, once each,
+-- decideWindowKey decides one request on the fixed window whose state is
+-- key, as decideBucketKey does on a bucket. arg is five big-endian
+-- doubles (struct.pack '>ddddd'): now in µs (or -1 for the server's TIME),
+-- the cost n (0 peeks; -n charges n whatever the limit says, as core's
+-- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
+local function decideWindowKey(key, arg, serverTime, seen)
+  local now, n, extra, L, P = sunpack('>ddddd', arg)
+  if now < 0 then now = serverTime() end
+  local mode = TAKE
+  if n < 0 then mode, n = CHARGE, -n end
+
+  local s = seen[key]
+  if not s then
+    local raw = rpcall('GET', key)
+    if type(raw) == 'table' and raw.err then return wrongType(key) end
+    s = {ov = false, oraw = false, found = raw and true, start = 0, stop = 0, count = 0, last = 0, skew = 0, ttl = false, dirty = false, window = true}
+    local bare = false
+    if raw then
+      s.start, s.stop, s.count, s.last, s.skew, bare = parseFixed(raw)
+      if not s.start then return corrupt(key) end
+    end
+    if not bare then
+      local err = readOverride(key, s)
+      if err then return err end
+    end
+    seen[key] = s
+  end
+
+  -- The key's override: a lone fixed window is decided here (an
+  -- override's window is never a calendar one); other limits are
+  -- decide.lua's.
+  local ov = s.ov
+  if ov and ov.expires and ov.expires <= now then ov = false end
+  if ov then
+    local sp = ov.specs[1]
+    if #ov.specs ~= 1 or sp.kind ~= 2 then return elsewhere(s) end
+    L, P = sp.quota, sp.period
+  end
+  if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
+
+  local allowed, remaining, retry, reset, start, stop, count, t, sk, hold = decideFixed(s.found, s.start, s.stop,
+    s.count, s.last, s.skew, now, n, L, P, 0, 0, 0, mode)
+  if n == 0 then allowed, retry = true, 0 end
+
+  if allowed and n > 0 then
+    local ttl = floor((reset + hold + 999) / 1000) + extra
+    if ttl < 1 then ttl = 1 end
+    s.start, s.stop, s.count, s.last, s.skew, s.found, s.ttl = start, stop, count, t, sk, true, ttl
+    dirty(seen, key, s)
+  elseif s.found and sk > s.skew then
+    s.skew = sk -- the clock stepped back, as for a bucket
+    dirty(seen, key, s)
+  end
+  return record(ov and s.oraw, allowed, remaining, retry, reset)
+end
+
+-- decideFastKey decides one request of the fast path: a fixed window's
+-- argument is 40 bytes, a bucket's 80.
+local function decideFastKey(key, arg, serverTime, seen)
+  if #arg == 40 then return decideWindowKey(key, arg, serverTime, seen) end
+  return decideBucketKey(key, arg, serverTime, seen)
+end
+
+-- bucketFlush writes the states that decideFastKey changed, once each,
 -- in the order they were first changed: with the expiry that the call's
 -- charges need, or keeping the key's own when it covers them (see
 -- bucketExpiry) or only the key's skew moved.
@@ -129,7 +220,12 @@ local function bucketFlush(seen)
   for i = 1, #seen do
     local key = seen[i]
     local s = seen[key]
-    local v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew, s.e, not s.oraw)
+    local v
+    if s.window then
+      v = fmtFixed(s.start, s.stop, s.count, s.last, s.skew, not s.oraw)
+    else
+      v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew, s.e, not s.oraw)
+    end
     -- fmt: Redis would format a number argument with %.17g, which costs more.
     if s.ttl then call('SET', key, v, 'PX', fmt(s.ttl)) else call('SET', key, v, 'KEEPTTL') end
   end
@@ -146,24 +242,24 @@ local function bucketTime()
   end
 end
 
--- bucketOne decides one request on the bucket whose state is key: the
--- fast path's function.
+-- bucketOne decides one request on the bucket or fixed window whose state
+-- is key: the fast path's function.
 local function bucketOne(key, arg)
   local seen = {}
-  local r = decideBucketKey(key, arg, timeMicros, seen)
+  local r = decideFastKey(key, arg, timeMicros, seen)
   bucketFlush(seen)
   return r
 end
 
 -- bucketBatch decides, in order, one request per key of KEYS, each on the
--- bucket whose state is that key, with the argument of the same index in
--- ARGV (as decideBucketKey's). Each decision sees the ones before it.
+-- bucket or fixed window whose state is that key, with the argument of
+-- the same index in ARGV (as decideFastKey's). Each decision sees the ones before it.
 -- It returns the requests' records, in order, as one string: a decision
 -- that fails has the record of its error.
 local function bucketBatch(keys, argv)
   local out, serverTime, seen = {}, bucketTime(), {}
   for i = 1, #keys do
-    local r = decideBucketKey(keys[i], argv[i], serverTime, seen)
+    local r = decideFastKey(keys[i], argv[i], serverTime, seen)
     if type(r) == 'table' then r = spack('>BI4', RECORD_ERROR, #r.err) .. r.err end
     out[i] = r
   end

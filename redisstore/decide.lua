@@ -2,10 +2,10 @@
 -- each atomically, one after the other, exactly as if each had been a
 -- script call of its own.
 --
--- The algorithms mirror package core (core/algo.go): stepBucket (in
--- prelude.lua), stepFixed, stepSliding, stepLog and slidingAllowAt have
--- the names, the steps and the rounding of the Go functions; change both
--- together. The conformance suite and the differential fuzz test hold
+-- The algorithms mirror package core (core/algo.go): stepBucket and
+-- decideFixed (in prelude.lua), stepSliding, stepLog and slidingAllowAt
+-- have the names, the steps and the rounding of the Go functions; change
+-- both together. The conformance suite and the differential fuzz test hold
 -- them to identical results.
 --
 -- KEYS     the keys of every request in order: for each, the state of its
@@ -42,7 +42,8 @@
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
 
 -- (prelude.lua comes first: mulDiv, stepBucket, fmt, fmt5, timeline,
--- parseBucket, fmtBucket, decideBucket, corrupt, wrongType.) This file
+-- parseBucket, fmtBucket, decideBucket, parseFixed, fmtFixed,
+-- markOverridden, decideFixed, corrupt, wrongType.) This file
 -- defines decideBatch(keys, argv), which decides one call. As a script,
 -- the chunk ends by calling it with KEYS and ARGV; in the function library
 -- the chunk runs once, at load, and each FCALL calls it: that spares Redis
@@ -64,8 +65,9 @@ local extra, specs, servernow
 -- state with the expiry its last decision gave it (false: keep the
 -- expiry), exactly as one call per decision would leave it.
 local states, ttls, dirty
--- The string keys that hold buckets, which are written by fmtBucket.
-local buckets
+-- The string keys that hold buckets, which are written by fmtBucket, and
+-- fixed windows, written by fmtFixed.
+local buckets, fixeds
 -- The overrides this batch has read or written, by override key: the
 -- parsed override (see parseOverride), or false for none.
 local overrides
@@ -138,21 +140,14 @@ local function keepSkew(key, sk)
   if ttls[key] == nil then dirty[#dirty + 1] = key; ttls[key] = false end
 end
 
--- The windows' states, "a:b:c:last:skew" (see stepFixed and
--- stepSliding), or "a:b:c" as earlier versions wrote them.
-local function parseWindow(raw, pattern5, pattern3)
-  local x, y, z, l, k = match(raw, pattern5)
-  if x then return tonumber(x), tonumber(y), tonumber(z), tonumber(l), tonumber(k) end
-  x, y, z = match(raw, pattern3)
-  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0 end
-end
-
-local function parseFixed(raw)
-  return parseWindow(raw, '^(%-?%d+):(%-?%d+):(%d+):(%d+):(%d+)$', '^(%-?%d+):(%-?%d+):(%d+)$')
-end
-
+-- A sliding window's state, "start:previous:current:last:skew" (see
+-- stepSliding), or "start:previous:current" as earlier versions wrote it.
+-- (A fixed window's is parseFixed's, in prelude.lua.)
 local function parseSliding(raw)
-  return parseWindow(raw, '^(%-?%d+):(%d+):(%d+):(%d+):(%d+)$', '^(%-?%d+):(%d+):(%d+)$')
+  local x, y, z, l, k = match(raw, '^(%-?%d+):(%d+):(%d+):(%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z), tonumber(l), tonumber(k) end
+  x, y, z = match(raw, '^(%-?%d+):(%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0 end
 end
 
 -- What a request writes, per limit: kind ('SET' or 'LOG'), key, the
@@ -191,18 +186,6 @@ local function refundLog(key, n, clock, sk)
 end
 
 
--- window is core's Spec.Window: the fixed window [start, end) that
--- contains t, epoch-aligned, or for a calendar window the one the client
--- named.
-local function window(sp, t)
-  if sp.c1 == 0 then
-    local off = t % sp.period
-    return t - off, t - off + sp.period
-  end
-  if t < sp.c1 then return sp.c0, sp.c1 end
-  return sp.c1, sp.c2
-end
-
 -- Each step function decides a request of cost n at now against the limit
 -- sp whose state is at key, records in slot i what to write if the
 -- request is charged, and returns allowed, remaining, retry (-1 never) and
@@ -220,50 +203,15 @@ local function stepBucketKey(sp, key, now, n, i, mode)
   return allowed, remaining, retry, reset
 end
 
--- stepFixed is the fixed window counter. Its state is "start:end:count".
--- A window that starts after now (the clock went back) stays the current
--- one, as in Go; its end is stored because a calendar window's end cannot
--- be computed here.
--- The key reads at its time line t (see timeline), and rejoins the clock
--- when its window ended before the clock's began, as core's rejoin.
+-- stepFixed is the fixed window counter (decideFixed, in prelude.lua).
 local function stepFixed(sp, key, now, n, i, mode)
   local found, s, se, count, last, skew = readState(key, parseFixed)
   if found == nil then return nil, s end
-  local t, sk = now, 0
-  if sp.c1 == 0 and (skew ~= 0 or now < last) then t, sk = timeline(now, last, skew) end -- a calendar window keeps no skew
-  local fresh = false
-  if sk ~= 0 and se - sk <= window(sp, now) then
-    t, sk, fresh = now, 0, true
-  end
-  local L = sp.quota
-  local start, stop
-  if sp.c1 == 0 and found and not fresh then
-    -- core's l.Window(max(t, s)): the stored end is only needed for a
-    -- calendar window, and may be another limit's (an override's).
-    start, stop = window(sp, max(t, s))
-  elseif found and not fresh and s >= t then
-    start, stop = s, se
-  else
-    start, stop = window(sp, t)
-  end
-  if fresh or s ~= start then count = 0 end
-  local allowed, retry, reset = false, 0, 0
-  if mode == REFUND then
-    allowed = true
-    count = max(count - n, 0)
-  elseif n > L then
-    retry = -1
-  elseif mode == CHARGE or count + n <= L then
-    allowed = true
-    count = min(count + n, MAXDEBT)
-  else
-    retry = stop - t
-  end
-  local hold = 0
-  if sk > 0 then hold = sp.period end
-  pending(i, writeKind(found, mode, 'SET'), key, start, stop, count, t, sk, hold, found and sk > skew)
-  if count > 0 then reset = stop - t end
-  return allowed, max(L - count, 0), retry, reset
+  fixeds[key] = true
+  local allowed, remaining, retry, reset, start, stop, c, t, sk, hold = decideFixed(found, s, se, count, last, skew,
+    now, n, sp.quota, sp.period, sp.c0, sp.c1, sp.c2, mode)
+  pending(i, writeKind(found, mode, 'SET'), key, start, stop, c, t, sk, hold, found and sk > skew)
+  return allowed, remaining, retry, reset
 end
 
 -- slidingAllowAt returns the first time (µs) at which a request of cost
@@ -705,8 +653,8 @@ local function makeCarry()
     elseif raw ~= '' then
       -- Redis's own expiry only cleans up: the time line decides.
       if ttl > 0 then call('SET', okey, raw, 'PX', ttl + extra) else call('SET', okey, raw) end
-      -- The fast path's bucket for the key must look for it now.
-      markOverridden(stateBase(base.keys[1]) .. '0b')
+      -- The fast path's states of the key must look for it now.
+      markOverridden(stateBase(base.keys[1]))
     else
       call('DEL', okey)
     end
@@ -755,7 +703,7 @@ end
 -- file), and then writes the string states they changed.
 local function decideBatch(keys, argv)
   KEYS, ARGV = keys, argv
-  states, ttls, dirty, buckets, overrides, servernow = {}, {}, {}, {}, {}, nil
+  states, ttls, dirty, buckets, fixeds, overrides, servernow = {}, {}, {}, {}, {}, {}, nil
   extra = tonumber(ARGV[1])
   local nspecs = tonumber(ARGV[2])
   specs = {}
@@ -783,7 +731,13 @@ local function decideBatch(keys, argv)
       call('DEL', key) -- forgotten (see forget)
     else
       local value
-      if buckets[key] then value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0, false) else value = fmt5(v[1], v[2], v[3], v[4], v[5]) end
+      if buckets[key] then
+        value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0, false)
+      elseif fixeds[key] then
+        value = fmtFixed(v[1], v[2], v[3], v[4], v[5], false)
+      else
+        value = fmt5(v[1], v[2], v[3], v[4], v[5])
+      end
       if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
     end
   end

@@ -17,9 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is the fast path: one request on one bucket limit (the
-// commonest decision) decided by bucket.lua, which costs Redis about a
-// third of the instructions of decide.lua for a lone decision. On Redis 7
+// This file is the fast path: one request on one bucket limit or one
+// fixed window that is not a calendar window (the commonest decisions,
+// and every Envoy descriptor's), decided by bucket.lua, which costs Redis
+// about a third of the instructions of decide.lua for a lone decision. On Redis 7
 // and later it runs as a function of a library (FUNCTION LOAD, FCALL);
 // elsewhere, or when an ACL refuses functions, as a script (EVALSHA).
 
@@ -76,16 +77,23 @@ func library() (code, name string) {
 // of one call after the other.
 const pipelineMax = 4
 
-// allFast reports whether every call is one request on one bucket limit
-// whose key has no override of another kind that this process knows of,
-// which the fast path decides.
+// allFast reports whether the fast path decides every call: each is one
+// request on its Policy's lone bucket or fixed window (fast), on a key
+// with no override of another kind that this process knows of.
 func (s *Store) allFast(calls []*call) bool {
 	for _, c := range calls {
-		if c.group != nil || c.p.fast == nil || c.op != opTake || s.foreign.has(c.keys[0]) {
+		if !c.fast() || s.foreign.has(c.keys[0]) {
 			return false
 		}
 	}
 	return true
+}
+
+// fast reports whether c is a request that the fast path decides: a take
+// on a lone bucket or fixed window, or a forced charge on a fixed window.
+func (c *call) fast() bool {
+	f := c.p.fast
+	return c.group == nil && f != nil && (c.op == opTake || (c.op == opCharge && f.window))
 }
 
 // foreignKeys remembers the keys (their first Redis key) whose override
@@ -125,10 +133,10 @@ func (f *foreignKeys) add(key string) {
 // settle drops c's key when decide.lua found it with no override that the
 // fast path could not decide.
 func (f *foreignKeys) settle(c *call) {
-	if f.n.Load() == 0 || c.group != nil || c.p.fast == nil || c.op != opTake {
+	if f.n.Load() == 0 || !c.fast() {
 		return
 	}
-	if len(c.limits) > 1 || (len(c.limits) == 1 && c.limits[0].Kind != core.Bucket) {
+	if len(c.limits) > 1 || (len(c.limits) == 1 && c.limits[0].Kind != c.p.specs[0].Kind) {
 		return
 	}
 	f.mu.Lock()
@@ -146,13 +154,13 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.arg(c.now, c.n))
+		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.arg(c.now, c.n, c.op))
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
 		if functionMissing(cmds[i].Err()) {
 			s.fnReady.Store(false)
-			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
+			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n, c.op)))
 		} else {
 			c.out, c.err = s.bucketResult(c, cmds[i])
 		}
@@ -163,7 +171,7 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 // sendBucket decides one request on one bucket limit with the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
-	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n)))
+	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n, c.op)))
 	if c.err == errNotFast {
 		s.handOn(ctx, []*call{c})
 	}
@@ -184,18 +192,31 @@ func (s *Store) handOn(ctx context.Context, calls []*call) {
 	}
 }
 
-// fastArgs is the fast path's argument (see bucket.lua): ten big-endian
-// doubles, of which all but now, n and n*T are the same for every
-// decision on a policy, and are packed once, by Prepare.
+// fastArgs is the fast path's argument (see bucket.lua): for a bucket ten
+// big-endian doubles, of which all but now, n and n*T are the same for
+// every decision on a policy, and are packed once, by Prepare; for a fixed
+// window five, of which all but now and n are.
 type fastArgs struct {
-	packed [80]byte // now and n (0 here), extra, quota, rate, period, tauQ, tauR, then n*T
+	packed [80]byte // now and n (0 here), extra, then a bucket's quota, rate, period, tauQ, tauR, n*T or a window's quota, period
+	window bool     // a fixed window's
 	quota  int64
 	period int64
 	rate   int64
 	tq, tr int64
 }
 
+// windowArgLen is the length of a fixed window's argument, by which
+// bucket.lua tells it from a bucket's.
+const windowArgLen = 40
+
 func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
+	if sp.Kind == core.Fixed {
+		f := &fastArgs{window: true, quota: sp.Quota, period: sp.Period}
+		for i, v := range [...]int64{extraTTL, sp.Quota, sp.Period} {
+			putDouble(f.packed[8*(2+i):], v)
+		}
+		return f
+	}
 	f := &fastArgs{quota: sp.Quota, period: sp.Period, rate: sp.Rate, tq: sp.TQ, tr: sp.TR}
 	for i, v := range [...]int64{extraTTL, sp.Quota, sp.Rate, sp.Period, sp.TauQ, sp.TauR} {
 		putDouble(f.packed[8*(2+i):], v)
@@ -204,10 +225,17 @@ func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 }
 
 // arg returns the argument for a request of cost n at now (µs, or -1 for
-// the server's TIME).
-func (f *fastArgs) arg(now, n int64) string {
+// the server's TIME) that takes n, or for a fixed window charges it (o).
+func (f *fastArgs) arg(now, n int64, o op) string {
 	buf := f.packed
 	putDouble(buf[0:], now)
+	if f.window {
+		if o == opCharge {
+			n = -n // bucket.lua's charge
+		}
+		putDouble(buf[8:], n)
+		return string(buf[:windowArgLen])
+	}
 	putDouble(buf[8:], n)
 	iq, ir := f.tq, f.tr // n*T for the common n = 1
 	if n != 1 && n <= f.quota {
@@ -231,7 +259,7 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	keys := make([]string, len(calls))
 	args := make([]any, len(calls))
 	for i, c := range calls {
-		keys[i], args[i] = c.keys[0], c.p.fast.arg(c.now, c.n)
+		keys[i], args[i] = c.keys[0], c.p.fast.arg(c.now, c.n, c.op)
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
 	for _, c := range calls {

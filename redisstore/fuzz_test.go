@@ -83,7 +83,8 @@ func FuzzDifferential(f *testing.F) {
 		red := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
 		defer red.Close()
 		// gen sends everything through decide.lua, red sends lone bucket
-		// decisions through bucket.lua: both must match Go.
+		// and fixed window decisions through bucket.lua: both must match
+		// Go.
 		gen := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("fz%d:", prefixes.Add(1)), Clock: redisClock})
 		gen.DisableFastPath()
 		defer gen.Close()
@@ -124,9 +125,14 @@ func FuzzDifferential(f *testing.F) {
 			}
 			if op%16 == 9 {
 				// A group on both keys: all or nothing when arg is odd, the
-				// first request forced when arg&2.
+				// first request forced when arg&2, and that request alone
+				// when arg&4 (the fast path decides a group of one).
 				group := func(lim *floodgate.Limiter) []floodgate.Request {
-					return []floodgate.Request{{Limiter: lim, Key: key, N: n, Force: arg&2 != 0}, {Limiter: lim, Key: "b", N: int64(arg % 5)}}
+					g := []floodgate.Request{{Limiter: lim, Key: key, N: n, Force: arg&2 != 0}, {Limiter: lim, Key: "b", N: int64(arg % 5)}}
+					if arg&4 != 0 {
+						return g[:1]
+					}
+					return g
 				}
 				want, got := group(memLim), group(redLim)
 				if err := floodgate.AllowGroup(ctx, want, arg&1 == 1); err != nil {

@@ -192,17 +192,6 @@ local function fmtBucket(tat, f, R, last, skew, e, bare)
   return spack('>Bdddddd', bare and 2 or 4, tat, tat - last, e, f, R, skew)
 end
 
--- markOverridden marks the bucket at key as one that may have an override
--- (see parseBucket), keeping its value and expiry otherwise.
-local function markOverridden(key)
-  local raw = rpcall('GET', key)
-  if type(raw) ~= 'string' then return end
-  local tag = byte(raw)
-  if (tag == 1 and #raw == 25) or (tag == 2 and #raw == 49) then
-    call('SETRANGE', key, 0, tag == 1 and '\3' or '\4')
-  end
-end
-
 -- decideBucket is core's Spec.Step for a bucket: it reads the state at
 -- the key's time line (rejoining the clock from a fresh state when the
 -- bucket is full by the clock too, as core's rejoin) and steps it. It
@@ -218,6 +207,115 @@ local function decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR,
   end
   local allowed, nt, nf, remaining, retry, reset = stepBucket(tat, f, sr, t, n, L, R, P, tauQ, tauR, iq, ir, mode)
   return allowed, nt, nf, remaining, retry, reset, t, sk
+end
+
+-- A fixed window's state is binary too, once floodgate writes it: a byte,
+-- then five big-endian doubles, the window's start and end (µs), its
+-- count, the latest charge and the skew (struct '>Bddddd'). The byte is 5
+-- when the key has no override, so that the fast path need not look, and
+-- 6 when it may, as for a bucket: decide.lua writes 6, the fast path 5
+-- when it looked and found none, and every write of an override marks the
+-- key's window. parseFixed returns start, end, count, last, skew and
+-- whether the key has no override, or nil for anything else; it also
+-- reads the decimal forms of earlier versions, "start:end:count:last:skew"
+-- and "start:end:count", which may have an override.
+local function parseFixed(raw)
+  local tag = byte(raw)
+  if (tag == 5 or tag == 6) and #raw == 41 then
+    local _, x, y, z, l, k = sunpack('>Bddddd', raw)
+    if x > -TWO53 and x < TWO53 and x % 1 == 0 and y > -TWO53 and y < TWO53 and y % 1 == 0 and
+      z >= 0 and z < TWO53 and z % 1 == 0 and l >= 0 and l < TWO53 and l % 1 == 0 and
+      k >= 0 and k < TWO53 and k % 1 == 0 then
+      return x, y, z, l, k, tag == 5
+    end
+    return nil
+  end
+  local x, y, z, l, k = match(raw, '^(%-?%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z), tonumber(l), tonumber(k), false end
+  x, y, z = match(raw, '^(%-?%d+):(%-?%d+):(%d+)$')
+  if x then return tonumber(x), tonumber(y), tonumber(z), 0, 0, false end
+end
+
+-- fmtFixed's bare says the key has no override.
+local function fmtFixed(s, se, count, last, skew, bare)
+  return spack('>Bddddd', bare and 5 or 6, s, se, count, last, skew)
+end
+
+-- MARKS is what markOverridden does: for the key of each kind's state,
+-- the first byte that marks each unmarked form, by its tag and length.
+local MARKS = {{'0b', {['1:25'] = '\3', ['2:49'] = '\4'}}, {'0f', {['5:41'] = '\6'}}}
+
+-- markOverridden marks the fast path's states of the key whose states
+-- start with base (see stateBase), its bucket and its fixed window, as
+-- ones that may have an override (see parseBucket and parseFixed),
+-- keeping their values and expiries otherwise.
+local function markOverridden(base)
+  for _, m in ipairs(MARKS) do
+    local key = base .. m[1]
+    local raw = rpcall('GET', key)
+    if type(raw) == 'string' then
+      local to = m[2][byte(raw) .. ':' .. #raw]
+      if to then call('SETRANGE', key, 0, to) end
+    end
+  end
+end
+
+-- windowOf is core's Spec.Window: the fixed window [start, end) of
+-- period P that contains t, epoch-aligned, or for a calendar window
+-- (c1 > 0) the one the client named, [c0, c1) or [c1, c2).
+local function windowOf(P, c0, c1, c2, t)
+  if c1 == 0 then
+    local off = t % P
+    return t - off, t - off + P
+  end
+  if t < c1 then return c0, c1 end
+  return c1, c2
+end
+
+-- decideFixed is core's Spec.Step for a fixed window counter, whose state
+-- (found, or not and zeros) is its window [s, se), its count, the latest
+-- charge and the skew. A window that starts after now (the clock went
+-- back) stays the current one, as in Go; its end is stored because a
+-- calendar window's end cannot be computed here. The key reads at its
+-- time line t (see timeline), and rejoins the clock when its window ended
+-- before the clock's began, as core's rejoin. It returns allowed,
+-- remaining, retry (-1 never) and reset, then the state to write if the
+-- request is charged (start, end, count, t, skew) and how long beyond its
+-- reset the key is to be kept (core's Spec.Hold).
+local function decideFixed(found, s, se, count, last, skew, now, n, L, P, c0, c1, c2, mode)
+  local t, sk = now, 0
+  if c1 == 0 and (skew ~= 0 or now < last) then t, sk = timeline(now, last, skew) end -- a calendar window keeps no skew
+  local fresh = false
+  if sk ~= 0 and se - sk <= windowOf(P, c0, c1, c2, now) then
+    t, sk, fresh = now, 0, true
+  end
+  local start, stop
+  if c1 == 0 and found and not fresh then
+    -- core's l.Window(max(t, s)): the stored end is only needed for a
+    -- calendar window, and may be another limit's (an override's).
+    start, stop = windowOf(P, c0, c1, c2, max(t, s))
+  elseif found and not fresh and s >= t then
+    start, stop = s, se
+  else
+    start, stop = windowOf(P, c0, c1, c2, t)
+  end
+  if fresh or s ~= start then count = 0 end
+  local allowed, retry, reset = false, 0, 0
+  if mode == REFUND then
+    allowed = true
+    count = max(count - n, 0)
+  elseif n > L then
+    retry = -1
+  elseif mode == CHARGE or count + n <= L then
+    allowed = true
+    count = min(count + n, MAXDEBT)
+  else
+    retry = stop - t
+  end
+  local hold = 0
+  if sk > 0 then hold = P end
+  if count > 0 then reset = stop - t end
+  return allowed, max(L - count, 0), retry, reset, start, stop, count, t, sk, hold
 end
 
 local function corrupt(key)

@@ -297,6 +297,9 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 			p.leaseK = s.leases.opts.leaseSize(&p.specs[0])
 		}
 	}
+	if len(p.specs) == 1 && p.specs[0].Kind == core.Fixed && p.specs[0].Calendar == 0 {
+		p.fast = newFastArgs(&p.specs[0], s.extraTTL)
+	}
 	return p, nil
 }
 
@@ -340,7 +343,7 @@ type policy struct {
 	suffixes []string     // per limit: the end of its Redis key, "0b"
 	params   []scriptSpec // per limit: its parameters for decide.lua
 	calendar bool         // a limit is a calendar window: params vary with the time
-	fast     *fastArgs    // a lone bucket: the fast path's arguments; nil otherwise
+	fast     *fastArgs    // a lone bucket or fixed (not calendar) window: the fast path's arguments; nil otherwise
 	leaseK   int64        // with leases, a lone bucket's lease size; 0 without
 }
 
@@ -496,7 +499,8 @@ var _ core.Grouper = (*Store)(nil)
 
 // TakeGroup implements core.Grouper in one script call: decide.lua decides
 // the requests in order and undoes an all-or-nothing group before it
-// returns, so no other client sees its charges. Each request's Policy must
+// returns, so no other client sees its charges. A group of one request is
+// decided as that request alone, by the fast path where it applies. Each request's Policy must
 // be one that s prepared.
 //
 // On a Redis Cluster that holds for the requests whose keys share a slot.
@@ -537,22 +541,12 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 		members[i] = m
 	}
-	parts := [][]*call{members}
-	if s.cluster {
-		parts = groupBySlot(members)
-	}
-	calls := make([]*call, len(parts))
-	for i, part := range parts {
-		c := &call{ctx: ctx, p: part[0].p, group: part, all: all, slot: part[0].slot}
-		nk := 0
-		for _, m := range part {
-			nk += len(m.keys)
-		}
-		c.keys = make([]string, 0, nk)
-		for _, m := range part {
-			c.keys = append(c.keys, m.keys...)
-		}
-		calls[i] = c
+	// A group of one request is that request alone: all or nothing
+	// changes nothing for it, and alone it may take the fast path (an
+	// Envoy request of one descriptor, say).
+	calls := members
+	if len(members) > 1 {
+		calls = groupCalls(ctx, members, all, s.cluster)
 	}
 	var err error
 	if len(calls) == 1 && s.batch != nil {
@@ -590,6 +584,29 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 	}
 	return err
+}
+
+// groupCalls returns the calls that decide the group of members: one, or
+// on a Cluster one per slot that their keys fall in.
+func groupCalls(ctx context.Context, members []*call, all, cluster bool) []*call {
+	parts := [][]*call{members}
+	if cluster {
+		parts = groupBySlot(members)
+	}
+	calls := make([]*call, len(parts))
+	for i, part := range parts {
+		c := &call{ctx: ctx, p: part[0].p, group: part, all: all, slot: part[0].slot}
+		nk := 0
+		for _, m := range part {
+			nk += len(m.keys)
+		}
+		c.keys = make([]string, 0, nk)
+		for _, m := range part {
+			c.keys = append(c.keys, m.keys...)
+		}
+		calls[i] = c
+	}
+	return calls
 }
 
 // calendarParams returns the limits' script parameters with the calendar

@@ -162,6 +162,21 @@ func TestHostileState(t *testing.T) {
 		{"binary bucket, cut short", floodgate.PerSecond(1), "h:{m}:0b", func() error {
 			return client.Set(ctx, "h:{m}:0b", rawBucket(1, 1, 0, 0)[:24], 0).Err()
 		}, "corrupt state"},
+		{"binary window with a fraction", floodgate.FixedWindow(1, time.Second), "h:{n}:0f", func() error {
+			return client.Set(ctx, "h:{n}:0f", rawBucket(5, 0, 1e6, 1.5, 0, 0), 0).Err()
+		}, "corrupt state"},
+		{"binary window, negative count", floodgate.FixedWindow(1, time.Second), "h:{o}:0f", func() error {
+			return client.Set(ctx, "h:{o}:0f", rawBucket(6, 0, 1e6, -1, 0, 0), 0).Err()
+		}, "corrupt state"},
+		{"binary window, not a number", floodgate.FixedWindow(1, time.Second), "h:{p}:0f", func() error {
+			return client.Set(ctx, "h:{p}:0f", rawBucket(5, math.NaN(), 1e6, 1, 0, 0), 0).Err()
+		}, "corrupt state"},
+		{"binary window, cut short", floodgate.FixedWindow(1, time.Second), "h:{q}:0f", func() error {
+			return client.Set(ctx, "h:{q}:0f", rawBucket(5, 0, 1e6, 1, 0, 0)[:40], 0).Err()
+		}, "corrupt state"},
+		{"binary window with a bucket's form", floodgate.FixedWindow(1, time.Second), "h:{r}:0f", func() error {
+			return client.Set(ctx, "h:{r}:0f", rawBucket(1, 0, 1e6, 1), 0).Err()
+		}, "corrupt state"},
 		{"fractional log score", floodgate.SlidingLog(1, time.Second), "h:{g}:0l", func() error {
 			return client.ZAdd(ctx, "h:{g}:0l", redis.Z{Score: 1.5, Member: "m"}).Err()
 		}, "corrupt state"},
@@ -252,56 +267,139 @@ func TestBucketState(t *testing.T) {
 	}
 }
 
-// TestOverrideMarksBucket sets an override on a key whose bucket says it
-// has none (see parseBucket): the next decision on the fast path finds the
-// override all the same, and leaves the bucket saying it has none once the
-// override is gone.
+// TestWindowState checks the forms of a fixed window's state through both
+// scripts: binary, "\5" (no override) or "\6" (may have one) and start,
+// end, count, latest charge and skew as doubles, and the decimal forms of
+// earlier versions, "start:end:count:last:skew" and "start:end:count",
+// which each reads. The fast path writes "\5", decide.lua "\6".
+func TestWindowState(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	now := storetest.Base.UnixMicro() // the start of a second
+	const sec = 1000000
+	dec := func(vs ...int64) string {
+		var b []string
+		for _, v := range vs {
+			b = append(b, strconv.FormatInt(v, 10))
+		}
+		return strings.Join(b, ":")
+	}
+	tests := []struct {
+		name      string
+		before    string // the key's state, "" for none
+		remaining int64
+		after     string // as the fast path writes it
+	}{
+		{"fresh", "", 9, windowState(now, now+sec, 1, now, 0)},
+		{"binary", windowState(now, now+sec, 4, now, 0), 5, windowState(now, now+sec, 5, now, 0)},
+		{"binary that may have an override", rawBucket(6, float64(now), float64(now+sec), 4, float64(now), 0), 5, windowState(now, now+sec, 5, now, 0)},
+		{"the window before", windowState(now-sec, now, 7, now-sec/2, 0), 9, windowState(now, now+sec, 1, now, 0)},
+		{"decimal", dec(now, now+sec, 4, now, 0), 5, windowState(now, now+sec, 5, now, 0)},
+		{"oldest decimal", dec(now, now+sec, 4), 5, windowState(now, now+sec, 5, now, 0)},
+		// The latest charge was half a second after now: the clock
+		// stepped back, and the key reads on its own time line.
+		{"clock stepped back", windowState(now, now+sec, 4, now+sec/2, 0), 5, windowState(now, now+sec, 5, now+sec/2, sec/2)},
+		{"decimal, clock stepped back", dec(now, now+sec, 4, now+sec/2, 0), 5, windowState(now, now+sec, 5, now+sec/2, sec/2)},
+	}
+	for _, path := range []string{"fast path", "decide"} {
+		for i, tt := range tests {
+			t.Run(path+"/"+tt.name, func(t *testing.T) {
+				st := newStore(t, client, &redisstore.Options{Prefix: "ws:", Clock: storetest.NewClock(storetest.Base)})
+				defer st.Close()
+				if path == "decide" {
+					st.DisableFastPath()
+				}
+				key := path + strconv.Itoa(i)
+				rkey := "ws:{" + key + "}:0f"
+				if tt.before != "" {
+					if err := client.Set(ctx, rkey, tt.before, 0).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r, err := limiter(t, st, floodgate.FixedWindow(10, time.Second)).AllowN(ctx, key, 1)
+				if err != nil || !r.Allowed || r.Remaining != tt.remaining {
+					t.Fatalf("Take = %+v, %v; want allowed with %d remaining", r, err, tt.remaining)
+				}
+				want := tt.after
+				if path == "decide" {
+					want = "\x06" + want[1:] // decide.lua does not look for an override
+				}
+				if got := client.Get(ctx, rkey).Val(); got != want {
+					t.Errorf("state %s, want %s", showBucket(got), showBucket(want))
+				}
+			})
+		}
+	}
+}
+
+// windowState is a fixed window's state in the binary form that says the
+// key has no override (see parseFixed in prelude.lua).
+func windowState(start, end, count, last, skew int64) string {
+	return rawBucket(5, float64(start), float64(end), float64(count), float64(last), float64(skew))
+}
+
+// TestOverrideMarksBucket sets an override on a key whose bucket, or fixed
+// window, says it has none (see parseBucket and parseFixed): the next
+// decision on the fast path finds the override all the same, and leaves
+// the state saying it has none once the override is gone.
 func TestOverrideMarksBucket(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
 	ctx := context.Background()
-	for _, st := range []floodgate.Strategy{floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
-		t.Run(fmt.Sprint(st), func(t *testing.T) {
-			store := newStore(t, client, &redisstore.Options{Prefix: "om:"})
-			lim := limiter(t, store, floodgate.TokenBucket(1, time.Hour, 3))
-			// tag is the bucket's first byte, 0 when it has no state
-			// (ResetUsage drops it): the fast path then looks too.
-			tag := func() byte {
-				raw := client.Get(ctx, "om:{k}:0b").Val()
-				if raw == "" {
-					return 0
+	kinds := []struct {
+		name         string
+		limit, wider floodgate.Limit
+		suffix       string
+		bare, marked byte
+	}{
+		{"bucket", floodgate.TokenBucket(1, time.Hour, 3), floodgate.TokenBucket(1, time.Hour, 9), "0b", 1, 3},
+		{"window", floodgate.FixedWindow(3, time.Hour), floodgate.FixedWindow(9, time.Hour), "0f", 5, 6},
+	}
+	for _, kind := range kinds {
+		for _, st := range []floodgate.Strategy{floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
+			t.Run(kind.name+"/"+fmt.Sprint(st), func(t *testing.T) {
+				store := newStore(t, client, &redisstore.Options{Prefix: "om:"})
+				lim := limiter(t, store, kind.limit)
+				// tag is the state's first byte, 0 when it has none
+				// (ResetUsage drops it): the fast path then looks too.
+				tag := func() byte {
+					raw := client.Get(ctx, "om:{k}:"+kind.suffix).Val()
+					if raw == "" {
+						return 0
+					}
+					return raw[0]
 				}
-				return raw[0]
-			}
-			client.Del(ctx, "om:{k}:0b", "om:{k}:o")
-			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 3 {
-				t.Fatalf("before the override: %+v, %v", r, err)
-			}
-			if b := tag(); b != 1 {
-				t.Fatalf("bucket's form %d before the override, want 1 (no override)", b)
-			}
-			if err := lim.SetOverride(ctx, "k", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 9)}}, st); err != nil {
-				t.Fatal(err)
-			}
-			if b := tag(); b != 3 && (b != 0 || st != floodgate.ResetUsage) {
-				t.Fatalf("bucket's form %d after the override, want 3 (may have one)", b)
-			}
-			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 9 {
-				t.Fatalf("with the override: %+v, %v; want its quota, 9", r, err)
-			}
-			if b := tag(); b != 3 {
-				t.Fatalf("bucket's form %d with the override, want 3", b)
-			}
-			if err := lim.DeleteOverride(ctx, "k", floodgate.AsIs); err != nil {
-				t.Fatal(err)
-			}
-			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 3 {
-				t.Fatalf("after the override: %+v, %v; want the limit's quota, 3", r, err)
-			}
-			if b := tag(); b != 1 {
-				t.Fatalf("bucket's form %d after the override, want 1", b)
-			}
-		})
+				client.Del(ctx, "om:{k}:"+kind.suffix, "om:{k}:o")
+				if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 3 {
+					t.Fatalf("before the override: %+v, %v", r, err)
+				}
+				if b := tag(); b != kind.bare {
+					t.Fatalf("state's form %d before the override, want %d (no override)", b, kind.bare)
+				}
+				if err := lim.SetOverride(ctx, "k", floodgate.Override{Limits: []floodgate.Limit{kind.wider}}, st); err != nil {
+					t.Fatal(err)
+				}
+				if b := tag(); b != kind.marked && (b != 0 || st != floodgate.ResetUsage) {
+					t.Fatalf("state's form %d after the override, want %d (may have one)", b, kind.marked)
+				}
+				if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 9 {
+					t.Fatalf("with the override: %+v, %v; want its quota, 9", r, err)
+				}
+				if b := tag(); b != kind.marked {
+					t.Fatalf("state's form %d with the override, want %d", b, kind.marked)
+				}
+				if err := lim.DeleteOverride(ctx, "k", floodgate.AsIs); err != nil {
+					t.Fatal(err)
+				}
+				if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed || r.Quota != 3 {
+					t.Fatalf("after the override: %+v, %v; want the limit's quota, 3", r, err)
+				}
+				if b := tag(); b != kind.bare {
+					t.Fatalf("state's form %d after the override, want %d", b, kind.bare)
+				}
+			})
+		}
 	}
 }
 
@@ -328,9 +426,9 @@ func rawBucket(form byte, vs ...float64) string {
 	return string(b)
 }
 
-// showBucket shows a binary bucket state as its numbers.
+// showBucket shows a binary bucket or window state as its numbers.
 func showBucket(s string) string {
-	if len(s) != 25 && len(s) != 49 {
+	if len(s) != 25 && len(s) != 49 && len(s) != 41 {
 		return strconv.Quote(s)
 	}
 	out := fmt.Sprintf("form %d:", s[0])
