@@ -24,6 +24,10 @@ local RECORD_OVERRIDE = 1 -- a decision by the key's override, and the override
 local RECORD_ELSEWHERE = 2 -- the key's override alone: decide.lua decides it
 local RECORD_ERROR = 3 -- the decision's error message (in a batch)
 
+-- WINDOW_ARG is the length of a fixed window's argument (windowArgLen in
+-- fastpath.go); a bucket's is 80, and a group's mark is shorter.
+local WINDOW_ARG = 40
+
 -- bucketExpiry says how a bucket's key charged at now (µs, the server's
 -- clock) stays until ttl ms from now, when its limit is full again, given
 -- e from its state. While e covers that, the key keeps its expiry (false,
@@ -72,6 +76,52 @@ local function readOverride(key, s)
   end
 end
 
+-- loadState returns the state of the bucket (kind 1) or fixed window
+-- (kind 2) at key as this call has it (see seen, below), reading it at the
+-- key's first decision of the call, with the key's override when the
+-- state does not say it has none; or nil and an error reply.
+local function loadState(key, seen, kind)
+  local s = seen[key]
+  if s then return s end
+  local raw = rpcall('GET', key)
+  if type(raw) == 'table' and raw.err then return nil, wrongType(key) end
+  local bare = false
+  -- Every field in the constructor, so that the table is sized once.
+  if kind == 1 then
+    s = {ov = false, oraw = false, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
+    if raw then
+      s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
+      if not s.tat then return nil, corrupt(key) end
+    end
+  else
+    s = {ov = false, oraw = false, found = raw and true, start = 0, stop = 0, count = 0, last = 0, skew = 0, ttl = false, dirty = false, window = true}
+    if raw then
+      s.start, s.stop, s.count, s.last, s.skew, bare = parseFixed(raw)
+      if not s.start then return nil, corrupt(key) end
+    end
+  end
+  if not bare then
+    -- The key may have an override (see parseBucket, parseFixed): look.
+    local err = readOverride(key, s)
+    if err then return nil, err end
+  end
+  seen[key] = s
+  return s
+end
+
+-- liveOverride returns the override of the key whose state is s, false
+-- for none (or an expired one) at now, and whether the fast path decides
+-- with it: a lone limit of the kind (1 bucket, 2 fixed window; an
+-- override's window is never a calendar one) is decided here, with its
+-- parameters; other limits are decide.lua's, and the request's record
+-- then holds the override alone, which tells the client to send the
+-- request there.
+local function liveOverride(s, now, kind)
+  local ov = s.ov
+  if not ov or (ov.expires and ov.expires <= now) then return false, true end
+  return ov, #ov.specs == 1 and ov.specs[1].kind == kind
+end
+
 -- decideBucketKey decides one request on the bucket whose state is key.
 -- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
 -- Redis far less to read than ten decimal strings: now in µs (or -1 for
@@ -90,34 +140,14 @@ local function decideBucketKey(key, arg, serverTime, seen)
   local onServer = now < 0
   if onServer then now = serverTime() end
 
-  local s = seen[key]
-  if not s then
-    local raw = rpcall('GET', key)
-    if type(raw) == 'table' and raw.err then return wrongType(key) end
-    -- Every field in the constructor, so that the table is sized once.
-    s = {ov = false, oraw = false, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
-    local bare = false
-    if raw then
-      s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
-      if not s.tat then return corrupt(key) end
-    end
-    if not bare then
-      -- The key may have an override (see parseBucket): look.
-      local err = readOverride(key, s)
-      if err then return err end
-    end
-    seen[key] = s
-  end
+  local s, err = loadState(key, seen, 1)
+  if not s then return err end
 
-  -- The key's override, if it has one: a lone bucket is decided here, with
-  -- its parameters; other limits are decide.lua's, and the record then
-  -- holds the override alone, which tells the client to send the request
-  -- there.
-  local ov = s.ov
-  if ov and ov.expires and ov.expires <= now then ov = false end
+  -- The key's override, if it has one (see liveOverride).
+  local ov, here = liveOverride(s, now, 1)
+  if not here then return elsewhere(s) end
   if ov then
     local sp = ov.specs[1]
-    if #ov.specs ~= 1 or sp.kind ~= 1 then return elsewhere(s) end
     L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
     iq, ir = sp.tq, sp.tr
     if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
@@ -156,37 +186,18 @@ end
 -- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
 local function decideWindowKey(key, arg, serverTime, seen)
   local now, n, extra, L, P = sunpack('>ddddd', arg)
-  if now < 0 then now = serverTime() end
+  local onServer = now < 0
+  if onServer then now = serverTime() end
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
 
-  local s = seen[key]
-  if not s then
-    local raw = rpcall('GET', key)
-    if type(raw) == 'table' and raw.err then return wrongType(key) end
-    s = {ov = false, oraw = false, found = raw and true, start = 0, stop = 0, count = 0, last = 0, skew = 0, ttl = false, dirty = false, window = true}
-    local bare = false
-    if raw then
-      s.start, s.stop, s.count, s.last, s.skew, bare = parseFixed(raw)
-      if not s.start then return corrupt(key) end
-    end
-    if not bare then
-      local err = readOverride(key, s)
-      if err then return err end
-    end
-    seen[key] = s
-  end
+  local s, err = loadState(key, seen, 2)
+  if not s then return err end
 
-  -- The key's override: a lone fixed window is decided here (an
-  -- override's window is never a calendar one); other limits are
-  -- decide.lua's.
-  local ov = s.ov
-  if ov and ov.expires and ov.expires <= now then ov = false end
-  if ov then
-    local sp = ov.specs[1]
-    if #ov.specs ~= 1 or sp.kind ~= 2 then return elsewhere(s) end
-    L, P = sp.quota, sp.period
-  end
+  -- The key's override, if it has one (see liveOverride).
+  local ov, here = liveOverride(s, now, 2)
+  if not here then return elsewhere(s) end
+  if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
   if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
 
   local allowed, remaining, retry, reset, start, stop, count, t, sk, hold = decideFixed(s.found, s.start, s.stop,
@@ -196,7 +207,18 @@ local function decideWindowKey(key, arg, serverTime, seen)
   if allowed and n > 0 then
     local ttl = floor((reset + hold + 999) / 1000) + extra
     if ttl < 1 then ttl = 1 end
-    s.start, s.stop, s.count, s.last, s.skew, s.found, s.ttl = start, stop, count, t, sk, true, ttl
+    if not onServer then
+      s.ttl = ttl
+    elseif not (s.found and s.start == start and s.stop == stop and sk == 0 and s.skew == 0) then
+      -- On the server's clock a window's key outlives it by a slack, a
+      -- quarter of it but at least a second, as a bucket's does (see
+      -- bucketExpiry): a client's next request, often in the next
+      -- window, then finds a state that says whether the key has an
+      -- override, where a missing key makes it look. A charge in a window
+      -- whose expiry (at least its end) was set when it began keeps it.
+      s.ttl = ttl + max(1000, floor(ttl / 4))
+    end
+    s.start, s.stop, s.count, s.last, s.skew, s.found = start, stop, count, t, sk, true
     dirty(seen, key, s)
   elseif s.found and sk > s.skew then
     s.skew = sk -- the clock stepped back, as for a bucket
@@ -206,9 +228,9 @@ local function decideWindowKey(key, arg, serverTime, seen)
 end
 
 -- decideFastKey decides one request of the fast path: a fixed window's
--- argument is 40 bytes, a bucket's 80.
+-- or a bucket's, by the length of its argument.
 local function decideFastKey(key, arg, serverTime, seen)
-  if #arg == 40 then return decideWindowKey(key, arg, serverTime, seen) end
+  if #arg == WINDOW_ARG then return decideWindowKey(key, arg, serverTime, seen) end
   return decideBucketKey(key, arg, serverTime, seen)
 end
 
@@ -251,17 +273,57 @@ local function bucketOne(key, arg)
   return r
 end
 
+-- asRecord returns decideFastKey's answer r as a record: an error reply
+-- becomes the record of its message.
+local function asRecord(r)
+  if type(r) == 'table' then return spack('>BI4', RECORD_ERROR, #r.err) .. r.err end
+  return r
+end
+
+-- checkGroup loads the states of the count requests of a group whose keys
+-- start at keys[k] and arguments at argv[a], and returns nothing when the
+-- fast path decides them all, or the record that answers the whole group
+-- instead: an error, or an override that is decide.lua's. So a group is
+-- decided whole or not at all, as decide.lua decides it.
+local function checkGroup(keys, argv, k, a, count, serverTime, seen)
+  for j = 0, count - 1 do
+    local key, arg = keys[k + j], argv[a + j]
+    local now = sunpack('>d', arg)
+    if now < 0 then now = serverTime() end
+    local kind = 1
+    if #arg == WINDOW_ARG then kind = 2 end
+    local s, err = loadState(key, seen, kind)
+    if not s then return asRecord(err) end
+    local _, here = liveOverride(s, now, kind)
+    if not here then return elsewhere(s) end
+  end
+end
+
 -- bucketBatch decides, in order, one request per key of KEYS, each on the
--- bucket or fixed window whose state is that key, with the argument of
--- the same index in ARGV (as decideFastKey's). Each decision sees the ones before it.
--- It returns the requests' records, in order, as one string: a decision
--- that fails has the record of its error.
+-- bucket or fixed window whose state is that key, with its argument in
+-- ARGV (as decideFastKey's), or a group of requests: an argument "g<count>"
+-- before the count requests' own, decided in order, one after the other,
+-- as decide.lua decides a group that is not all or nothing. Each decision
+-- sees the ones before it. It returns the requests' records, in order, as
+-- one string: a decision that fails has the record of its error, and each
+-- request of a group that the fast path does not decide the record that
+-- says why (see checkGroup).
 local function bucketBatch(keys, argv)
   local out, serverTime, seen = {}, bucketTime(), {}
-  for i = 1, #keys do
-    local r = decideFastKey(keys[i], argv[i], serverTime, seen)
-    if type(r) == 'table' then r = spack('>BI4', RECORD_ERROR, #r.err) .. r.err end
-    out[i] = r
+  local k, a = 1, 1
+  while a <= #argv do
+    local arg = argv[a]
+    if #arg < WINDOW_ARG then -- "g<count>"
+      local count = tonumber(sub(arg, 2))
+      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen)
+      for j = 0, count - 1 do
+        out[#out + 1] = r or asRecord(decideFastKey(keys[k + j], argv[a + 1 + j], serverTime, seen))
+      end
+      k, a = k + count, a + 1 + count
+    else
+      out[#out + 1] = asRecord(decideFastKey(keys[k], arg, serverTime, seen))
+      k, a = k + 1, a + 1
+    end
   end
   bucketFlush(seen)
   return concat(out)

@@ -108,3 +108,78 @@ func TestBucketBatch(t *testing.T) {
 		})
 	}
 }
+
+// A group that is not all or nothing, of requests that the fast path
+// decides (here fixed windows, one forced, as an Envoy request's
+// descriptors), is one call of the fast path's batch. A group with a key
+// whose override only decide.lua decides goes there whole, and a group
+// with a key of foreign data fails whole, charging nothing.
+func TestGroupFastPath(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Start(t).Client(t)
+	st := newStore(t, client, &redisstore.Options{Prefix: "gf:", Clock: storetest.NewClock(storetest.Base)})
+	lim := limiter(t, st, floodgate.FixedWindow(3, time.Hour))
+	if err := lim.SetOverride(ctx, "two", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(9, time.Hour), floodgate.PerSecond(5)}}, floodgate.AsIs); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.LPush(ctx, "gf:{list}:0f", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		remaining  int64
+		overridden bool // decided by the key's override
+	}
+	for _, tt := range []struct {
+		name  string
+		keys  []string
+		all   bool
+		calls uint64 // script calls
+		want  []want // nil: the group fails with "wrong type"
+	}{
+		{"fast", []string{"a", "b", "a"}, false, 1, []want{{2, false}, {2, false}, {1, false}}},
+		{"again", []string{"a", "b", "a"}, false, 1, []want{{0, false}, {1, false}, {0, false}}},
+		// The fast path hands the group on, and the key is remembered.
+		{"an override for decide.lua", []string{"c", "two"}, false, 2, []want{{2, false}, {2, true}}}, // as-is: 3 of the window carried over
+		{"remembered", []string{"c", "two"}, false, 1, []want{{1, false}, {1, true}}},
+		{"foreign data", []string{"d", "list"}, false, 1, nil},
+		{"all or nothing: decide.lua", []string{"e", "b"}, true, 1, []want{{2, false}, {0, false}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reqs := make([]floodgate.Request, len(tt.keys))
+			for i, k := range tt.keys {
+				reqs[i] = floodgate.Request{Limiter: lim, Key: k, N: 1, Force: i == 0}
+			}
+			before := st.Stats()
+			err := floodgate.AllowGroup(ctx, reqs, tt.all)
+			if s := st.Stats(); s.ScriptCalls-before.ScriptCalls != tt.calls {
+				t.Errorf("%d script calls, want %d", s.ScriptCalls-before.ScriptCalls, tt.calls)
+			}
+			if tt.want == nil {
+				if !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), "wrong type") {
+					t.Fatalf("err = %v, want ErrStore with %q", err, "wrong type")
+				}
+				// Nothing charged: d is still full.
+				if r, err := lim.AllowN(ctx, "d", 0); err != nil || r.Remaining != 3 {
+					t.Errorf("d after the failed group: %+v, %v; want 3 remaining", r, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range tt.want {
+				r := reqs[i].Result
+				if r.Remaining != w.remaining || r.Overridden != w.overridden {
+					t.Errorf("%d (%s): %+v; want %d remaining, overridden %v", i, tt.keys[i], r, w.remaining, w.overridden)
+				}
+			}
+		})
+	}
+	// The fast path wrote a's window, which says it has no override (5);
+	// decide.lua wrote e's, which may have one (6). See parseFixed.
+	for key, tag := range map[string]byte{"gf:{a}:0f": 5, "gf:{e}:0f": 6} {
+		if raw := client.Get(ctx, key).Val(); raw == "" || raw[0] != tag {
+			t.Errorf("%s: %q, want the form %d", key, raw, tag)
+		}
+	}
+}

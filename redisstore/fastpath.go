@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,14 +80,28 @@ const pipelineMax = 4
 
 // allFast reports whether the fast path decides every call: each is one
 // request on its Policy's lone bucket or fixed window (fast), on a key
-// with no override of another kind that this process knows of.
-func (s *Store) allFast(calls []*call) bool {
+// with no override of another kind that this process knows of, or a group
+// of such requests that is not all or nothing. groups says whether there
+// is a group among them.
+func (s *Store) allFast(calls []*call) (ok, groups bool) {
 	for _, c := range calls {
-		if !c.fast() || s.foreign.has(c.keys[0]) {
-			return false
+		if c.group == nil {
+			if !c.fast() || s.foreign.has(c.keys[0]) {
+				return false, false
+			}
+			continue
 		}
+		if c.all {
+			return false, false
+		}
+		for _, m := range c.group {
+			if !m.fast() || s.foreign.has(m.keys[0]) {
+				return false, false
+			}
+		}
+		groups = true
 	}
-	return true
+	return true, groups
 }
 
 // fast reports whether c is a request that the fast path decides: a take
@@ -178,14 +193,22 @@ func (s *Store) sendBucket(ctx context.Context, c *call) {
 }
 
 // handOn sends to decide.lua, in one call, those of calls that the fast
-// path answered with errNotFast, and remembers their keys (foreignKeys).
+// path answered with errNotFast, and remembers their keys (foreignKeys):
+// a group's, all of its members' keys.
 func (s *Store) handOn(ctx context.Context, calls []*call) {
 	var slow []*call
 	for _, c := range calls {
-		if c.err == errNotFast {
-			s.foreign.add(c.keys[0])
-			slow = append(slow, c)
+		if c.err != errNotFast {
+			continue
 		}
+		if c.group == nil {
+			s.foreign.add(c.keys[0])
+		}
+		for _, m := range c.group {
+			s.foreign.add(m.keys[0])
+		}
+		c.err = nil
+		slow = append(slow, c)
 	}
 	if slow != nil {
 		s.sendDecide(ctx, slow)
@@ -254,28 +277,63 @@ func putDouble(b []byte, v int64) {
 // path's batch (bucketBatch in bucket.lua): each costs Redis the fast
 // path's two reads and one write, without decide.lua's general machinery,
 // and the call's own cost is shared by all of them.
+// A group (not all or nothing) goes in the same call, its requests after
+// an argument "g<count>", and is decided whole or handed on whole.
 func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
-	s.counted(1, len(calls))
-	keys := make([]string, len(calls))
-	args := make([]any, len(calls))
-	for i, c := range calls {
-		keys[i], args[i] = c.keys[0], c.p.fast.arg(c.now, c.n, c.op)
+	n := 0
+	for _, c := range calls {
+		n += max(len(c.group), 1)
+	}
+	s.counted(1, n)
+	keys := make([]string, 0, n)
+	args := make([]any, 0, len(calls)+n)
+	for _, c := range calls {
+		if c.group == nil {
+			keys, args = append(keys, c.keys[0]), append(args, c.p.fast.arg(c.now, c.n, c.op))
+			continue
+		}
+		args = append(args, "g"+strconv.Itoa(len(c.group)))
+		for _, m := range c.group {
+			keys, args = append(keys, m.keys[0]), append(args, m.p.fast.arg(m.now, m.n, m.op))
+		}
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
-	for _, c := range calls {
+	read := func(c *call) {
 		switch {
 		case err != nil:
 			c.out, c.err = nil, s.wrap(c.ctx, err)
 		case res == "":
-			c.out, c.err = nil, fmt.Errorf("%w: script returned too few replies for %d requests", floodgate.ErrStore, len(calls))
+			c.out, c.err = nil, fmt.Errorf("%w: script returned too few replies for %d requests", floodgate.ErrStore, n)
 		default:
 			c.out, res, c.err = s.bucketRecord(c, res)
+		}
+	}
+	for _, c := range calls {
+		if c.group == nil {
+			read(c)
+			continue
+		}
+		// Each request of a group that the script did not decide has the
+		// record that says why: the group's error is the first.
+		c.err = nil
+		for _, m := range c.group {
+			if read(m); m.err != nil && c.err == nil {
+				c.err = m.err
+			}
+		}
+		if c.err != nil {
+			for _, m := range c.group {
+				m.out, m.err = nil, nil
+			}
 		}
 	}
 	if err == nil && res != "" {
 		// Never seen: the calls above already have their replies.
 		for _, c := range calls {
-			c.out, c.err = nil, fmt.Errorf("%w: script returned more replies than the %d requests", floodgate.ErrStore, len(calls))
+			c.out, c.err = nil, fmt.Errorf("%w: script returned more replies than the %d requests", floodgate.ErrStore, n)
+			for _, m := range c.group {
+				m.out = nil
+			}
 		}
 	}
 	s.handOn(ctx, calls)

@@ -490,6 +490,47 @@ func TestBucketExpiry(t *testing.T) {
 	}
 }
 
+// TestWindowExpiry follows a fixed window's key on the server's clock
+// through the fast path: its first charge sets an expiry from the
+// window's end to a quarter of the window (or a second) after it, and
+// later charges in the window keep it.
+func TestWindowExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	st := newStore(t, client, &redisstore.Options{Prefix: "we:"})
+	lim := limiter(t, st, floodgate.FixedWindow(100, time.Hour))
+	var first int64
+	for i := range 3 {
+		before, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := lim.Allow(ctx, "k")
+		if err != nil || !r.Allowed {
+			t.Fatalf("take %d = %+v, %v", i, r, err)
+		}
+		after, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := client.PExpireTime(ctx, "we:{k}:0f").Val().Microseconds()
+		end := r.ResetAfter.Microseconds() // from the decision, between before and after
+		if at < before.UnixMicro()+end || at > after.UnixMicro()+end+(15*time.Minute).Microseconds()+1000 {
+			t.Fatalf("take %d: expires %dµs after the decision began, want from the window's end, %dµs, to 15 minutes more", i, at-before.UnixMicro(), end)
+		}
+		if raw := client.Get(ctx, "we:{k}:0f").Val(); len(raw) != 41 || raw[0] != 5 {
+			t.Fatalf("take %d: state %s, want the binary form without an override", i, showBucket(raw))
+		}
+		if i == 0 {
+			first = at
+		} else if r.Remaining == 100-int64(i)-1 && at != first {
+			// Still the first window (an hour's, rarely crossed here).
+			t.Errorf("take %d: expiry moved by %dµs, want the first kept", i, at-first)
+		}
+	}
+}
+
 func TestErrorsAreWrapped(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)

@@ -67,8 +67,11 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 // sendGroup runs calls whose keys share a slot in one script call, or,
 // when they are all lone bucket decisions, through the fast path.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
-	if !s.noFastPath && s.allFast(calls) {
+	if fast, groups := s.allFast(calls); fast && !s.noFastPath {
 		switch {
+		case groups:
+			s.sendBuckets(ctx, calls)
+			return
 		case len(calls) == 1:
 			s.sendBucket(ctx, calls[0])
 			return
@@ -93,6 +96,9 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	for _, c := range calls {
 		if c.err == nil {
 			s.foreign.settle(c)
+			for _, m := range c.group {
+				s.foreign.settle(m)
+			}
 		}
 	}
 }
