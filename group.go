@@ -61,14 +61,13 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 	for i := range reqs[1:] {
 		ok = ok && reqs[i+1].Limiter.store == store
 	}
-	var buf [8]core.Request
-	group := buf[:0]
-	if len(reqs) > len(buf) {
-		group = make([]core.Request, 0, len(reqs))
-	}
+	// Exactly as long as reqs: the store's TakeGroup, an interface
+	// method, makes it escape, and a larger buffer would be allocated in
+	// full at every call.
+	group := make([]core.Request, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
-		group = append(group, core.Request{Policy: r.Limiter.policy, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory})
+		group[i] = core.Request{Policy: r.Limiter.policy, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory}
 	}
 	var err error
 	if ok {
