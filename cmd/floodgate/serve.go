@@ -163,6 +163,11 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 		// stacks: a new goroutine per request spent about a seventh of the
 		// service's CPU growing its stack through the decision's calls.
 		opts = append(opts, grpc.NumStreamWorkers(grpcWorkers))
+		// Fixed flow-control windows, larger than any rate limit message
+		// in flight: with the default, gRPC estimates the bandwidth-delay
+		// product with a ping per round trip on every connection, which
+		// Envoy's small messages never need.
+		opts = append(opts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<20))
 		s.grpcSrv = grpc.NewServer(opts...)
 		s.rls = rls.Register(s.grpcSrv, svc, log)
 	}
