@@ -722,11 +722,16 @@ func (p *policy) Reset(ctx context.Context, key string) error {
 	return err
 }
 
-// call calls f on the primary with the budget, and counts a success.
+// call calls f on the primary with the budget, and counts a success. A
+// caller whose own deadline comes first (Envoy sends one with every rate
+// limit call, 20ms by default) needs no timer of the budget's: its
+// deadline ends the call first, with the same outcome.
 func (b *breaker) call(ctx context.Context, f func(context.Context) (core.Decision, error)) (core.Decision, error) {
 	cctx, cancel := ctx, context.CancelFunc(nil)
 	if b.s.budget > 0 {
-		cctx, cancel = context.WithTimeout(ctx, b.s.budget)
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > b.s.budget {
+			cctx, cancel = context.WithTimeout(ctx, b.s.budget)
+		}
 	}
 	d, err := f(cctx)
 	if cancel != nil {

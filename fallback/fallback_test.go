@@ -233,16 +233,33 @@ func TestParsePolicy(t *testing.T) {
 }
 
 // A hung primary costs each caller the budget, no more, and the decision
-// comes from the fallback.
+// comes from the fallback: with no deadline of the caller's, or one later
+// than the budget.
 func TestBudget(t *testing.T) {
-	f := newFixture(t, fallback.Options{Budget: 5 * time.Millisecond, Threshold: 1000})
-	f.primary.mode.Store(int32(hanging))
-	r, err := limiter(t, f.store, floodgate.PerSecond(5)).AllowN(context.Background(), "k", 1)
-	if err != nil || !r.Allowed || r.Source != floodgate.SourceLocal {
-		t.Fatalf("Take on a hung primary = %+v, %v; want allowed by the local limiter", r, err)
-	}
-	if got := f.store.Stats().Failures; got != 1 {
-		t.Errorf("Failures = %d, want 1", got)
+	for _, tt := range []struct {
+		name     string
+		deadline time.Duration // the caller's; 0 for none
+	}{
+		{"no deadline", 0},
+		{"a later deadline", time.Hour},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Budget: 5 * time.Millisecond, Threshold: 1000})
+			f.primary.mode.Store(int32(hanging))
+			ctx := context.Background()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				defer cancel()
+			}
+			r, err := limiter(t, f.store, floodgate.PerSecond(5)).AllowN(ctx, "k", 1)
+			if err != nil || !r.Allowed || r.Source != floodgate.SourceLocal {
+				t.Fatalf("Take on a hung primary = %+v, %v; want allowed by the local limiter", r, err)
+			}
+			if got := f.store.Stats().Failures; got != 1 {
+				t.Errorf("Failures = %d, want 1", got)
+			}
+		})
 	}
 }
 
