@@ -140,11 +140,28 @@ local function decideBucketKey(key, arg, serverTime, seen)
   local onServer = now < 0
   if onServer then now = serverTime() end
 
-  local s, err = loadState(key, seen, 1)
-  if not s then return err end
+  local s = seen[key]
+  if not s then
+    -- loadState's, written out: this is every lone decision's path, where
+    -- a call costs.
+    local raw = rpcall('GET', key)
+    if type(raw) == 'table' and raw.err then return wrongType(key) end
+    s = {ov = false, oraw = false, found = raw and true, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
+    local bare = false
+    if raw then
+      s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
+      if not s.tat then return corrupt(key) end
+    end
+    if not bare then
+      local err = readOverride(key, s)
+      if err then return err end
+    end
+    seen[key] = s
+  end
 
   -- The key's override, if it has one (see liveOverride).
-  local ov, here = liveOverride(s, now, 1)
+  local ov, here = s.ov, true
+  if ov then ov, here = liveOverride(s, now, 1) end
   if not here then return elsewhere(s) end
   if ov then
     local sp = ov.specs[1]
@@ -170,13 +187,14 @@ local function decideBucketKey(key, arg, serverTime, seen)
       s.ttl, s.e = ttl, 0
     end
     s.tat, s.f, s.sr, s.last, s.skew, s.found = nt, nf, R, t, sk, true
-    dirty(seen, key, s)
+    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   elseif s.found and sk > s.skew then
     -- The clock stepped back: remember it, as core's Commit does.
     s.skew = sk
-    dirty(seen, key, s)
+    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   end
-  return record(ov and s.oraw, allowed, remaining, retry, reset)
+  if ov then return record(s.oraw, allowed, remaining, retry, reset) end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
 -- decideWindowKey decides one request on the fixed window whose state is
@@ -191,11 +209,16 @@ local function decideWindowKey(key, arg, serverTime, seen)
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
 
-  local s, err = loadState(key, seen, 2)
-  if not s then return err end
+  local s = seen[key]
+  if not s then
+    local err
+    s, err = loadState(key, seen, 2)
+    if not s then return err end
+  end
 
   -- The key's override, if it has one (see liveOverride).
-  local ov, here = liveOverride(s, now, 2)
+  local ov, here = s.ov, true
+  if ov then ov, here = liveOverride(s, now, 2) end
   if not here then return elsewhere(s) end
   if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
   if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
@@ -219,12 +242,13 @@ local function decideWindowKey(key, arg, serverTime, seen)
       s.ttl = ttl + max(1000, floor(ttl / 4))
     end
     s.start, s.stop, s.count, s.last, s.skew, s.found = start, stop, count, t, sk, true
-    dirty(seen, key, s)
+    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   elseif s.found and sk > s.skew then
     s.skew = sk -- the clock stepped back, as for a bucket
-    dirty(seen, key, s)
+    if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   end
-  return record(ov and s.oraw, allowed, remaining, retry, reset)
+  if ov then return record(s.oraw, allowed, remaining, retry, reset) end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
 -- decideFastKey decides one request of the fast path: a fixed window's
@@ -321,7 +345,14 @@ local function bucketBatch(keys, argv)
       end
       k, a = k + count, a + 1 + count
     else
-      out[#out + 1] = asRecord(decideFastKey(keys[k], arg, serverTime, seen))
+      local r
+      if #arg == WINDOW_ARG then
+        r = decideWindowKey(keys[k], arg, serverTime, seen)
+      else
+        r = decideBucketKey(keys[k], arg, serverTime, seen)
+      end
+      if type(r) == 'table' then r = asRecord(r) end
+      out[#out + 1] = r
       k, a = k + 1, a + 1
     end
   end
