@@ -322,7 +322,9 @@ local function stepLog(sp, key, now, n, i, mode)
       local m = call('ZRANGE', key, -(n + 1 + c), -(n + 1 + c), 'WITHSCORES')
       reset = tonumber(m[2]) + W - t
     end
-    pending(i, writeKind(total > 0, mode, 'LOG'), key, at, clock, last, at, sk, 0, false)
+    -- A refund of 0 charges nothing but keeps a grown skew, as core's
+    -- Commit does for any request that is not charged.
+    pending(i, writeKind(total > 0, mode, 'LOG'), key, at, clock, last, at, sk, 0, total > 0 and sk > skew)
     return allowed, max(L - count, 0), retry, reset
   elseif n > L then
     retry = -1
