@@ -183,7 +183,8 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 	s.handOn(ctx, calls)
 }
 
-// sendBucket decides one request on one bucket limit with the fast path.
+// sendBucket decides one request on one bucket limit or fixed window with
+// the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
 	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n, c.op)))
