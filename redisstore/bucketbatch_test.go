@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A batch of lone bucket decisions goes to Redis as one call of the fast
@@ -115,14 +116,19 @@ func TestBucketBatch(t *testing.T) {
 // whose override only decide.lua decides goes there whole, and a group
 // with a key of foreign data fails whole, charging nothing.
 func TestGroupFastPath(t *testing.T) {
-	ctx := context.Background()
 	client := redistest.Start(t).Client(t)
-	st := newStore(t, client, &redisstore.Options{Prefix: "gf:", Clock: storetest.NewClock(storetest.Base)})
+	t.Run("functions", func(t *testing.T) { testGroupFastPath(t, client, "gf:", false) })
+	t.Run("scripts", func(t *testing.T) { testGroupFastPath(t, client, "gs:", true) })
+}
+
+func testGroupFastPath(t *testing.T, client *redis.Client, prefix string, noFns bool) {
+	ctx := context.Background()
+	st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: storetest.NewClock(storetest.Base), DisableFunctions: noFns})
 	lim := limiter(t, st, floodgate.FixedWindow(3, time.Hour))
 	if err := lim.SetOverride(ctx, "two", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(9, time.Hour), floodgate.PerSecond(5)}}, floodgate.AsIs); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.LPush(ctx, "gf:{list}:0f", "x").Err(); err != nil {
+	if err := client.LPush(ctx, prefix+"{list}:0f", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	type want struct {
@@ -177,7 +183,7 @@ func TestGroupFastPath(t *testing.T) {
 	}
 	// The fast path wrote a's window, which says it has no override (5);
 	// decide.lua wrote e's, which may have one (6). See parseFixed.
-	for key, tag := range map[string]byte{"gf:{a}:0f": 5, "gf:{e}:0f": 6} {
+	for key, tag := range map[string]byte{prefix + "{a}:0f": 5, prefix + "{e}:0f": 6} {
 		if raw := client.Get(ctx, key).Val(); raw == "" || raw[0] != tag {
 			t.Errorf("%s: %q, want the form %d", key, raw, tag)
 		}
