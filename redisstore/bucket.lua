@@ -57,12 +57,6 @@ local function elsewhere(s)
   return spack('>BI4', RECORD_ELSEWHERE, #s.oraw) .. s.oraw
 end
 
--- dirty marks the state s of key as one to write when the call ends, in
--- the order states were first changed.
-local function dirty(seen, key, s)
-  if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
-end
-
 -- readOverride reads the override of the key whose state is key into
 -- s.ov (parsed) and s.oraw (as stored), and returns nothing, or an error
 -- reply.
@@ -345,6 +339,7 @@ local function bucketBatch(keys, argv)
       end
       k, a = k + count, a + 1 + count
     else
+      -- decideFastKey's dispatch, written out: a lone decision's path.
       local r
       if #arg == WINDOW_ARG then
         r = decideWindowKey(keys[k], arg, serverTime, seen)

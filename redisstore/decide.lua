@@ -65,9 +65,6 @@ local extra, specs, servernow
 -- state with the expiry its last decision gave it (false: keep the
 -- expiry), exactly as one call per decision would leave it.
 local states, ttls, dirty
--- The string keys that hold buckets, which are written by fmtBucket, and
--- fixed windows, written by fmtFixed.
-local buckets, fixeds
 -- The overrides this batch has read or written, by override key: the
 -- parsed override (see parseOverride), or false for none.
 local overrides
@@ -194,7 +191,6 @@ end
 local function stepBucketKey(sp, key, now, n, i, mode)
   local found, tat, f, sr, last, skew = readState(key, parseBucket)
   if found == nil then return nil, tat end
-  buckets[key] = true
   local iq, ir = sp.tq, sp.tr -- n*T for the common n = 1
   if n ~= 1 then iq, ir = mulDiv(n, sp.period, sp.rate) end
   local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n,
@@ -207,7 +203,6 @@ end
 local function stepFixed(sp, key, now, n, i, mode)
   local found, s, se, count, last, skew = readState(key, parseFixed)
   if found == nil then return nil, s end
-  fixeds[key] = true
   local allowed, remaining, retry, reset, start, stop, c, t, sk, hold = decideFixed(found, s, se, count, last, skew,
     now, n, sp.quota, sp.period, sp.c0, sp.c1, sp.c2, mode)
   pending(i, writeKind(found, mode, 'SET'), key, start, stop, c, t, sk, hold, found and sk > skew)
@@ -705,7 +700,7 @@ end
 -- file), and then writes the string states they changed.
 local function decideBatch(keys, argv)
   KEYS, ARGV = keys, argv
-  states, ttls, dirty, buckets, fixeds, overrides, servernow = {}, {}, {}, {}, {}, {}, nil
+  states, ttls, dirty, overrides, servernow = {}, {}, {}, {}, nil
   extra = tonumber(ARGV[1])
   local nspecs = tonumber(ARGV[2])
   specs = {}
@@ -732,10 +727,11 @@ local function decideBatch(keys, argv)
     if not v then
       call('DEL', key) -- forgotten (see forget)
     else
-      local value
-      if buckets[key] then
+      -- The key's last letter is its limit's kind (see suffixOf).
+      local value, kind = nil, byte(key, -1)
+      if kind == 98 then -- b
         value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0, false)
-      elseif fixeds[key] then
+      elseif kind == 102 then -- f
         value = fmtFixed(v[1], v[2], v[3], v[4], v[5], false)
       else
         value = fmt5(v[1], v[2], v[3], v[4], v[5])

@@ -223,6 +223,7 @@ func (s *Store) handOn(ctx context.Context, calls []*call) {
 type fastArgs struct {
 	packed [80]byte // now and n (0 here), extra, then a bucket's quota, rate, period, tauQ, tauR, n*T or a window's quota, period
 	window bool     // a fixed window's
+	// A bucket's, for n*T when n is not 1.
 	quota  int64
 	period int64
 	rate   int64
@@ -235,7 +236,7 @@ const windowArgLen = 40
 
 func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 	if sp.Kind == core.Fixed {
-		f := &fastArgs{window: true, quota: sp.Quota, period: sp.Period}
+		f := &fastArgs{window: true}
 		for i, v := range [...]int64{extraTTL, sp.Quota, sp.Period} {
 			putDouble(f.packed[8*(2+i):], v)
 		}

@@ -438,6 +438,27 @@ func showBucket(s string) string {
 	return out
 }
 
+// timedTake takes 1 on lim's key "k", which must be allowed (take i of a
+// test), and returns the server's clock (µs) just before and just after
+// it: the decision was made between the two, on that clock.
+func timedTake(t *testing.T, client *redis.Client, lim *floodgate.Limiter, i int) (before int64, r floodgate.Result, after int64) {
+	t.Helper()
+	ctx := context.Background()
+	t0, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = lim.Allow(ctx, "k")
+	if err != nil || !r.Allowed {
+		t.Fatalf("take %d = %+v, %v", i, r, err)
+	}
+	t1, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return t0.UnixMicro(), r, t1.UnixMicro()
+}
+
 // TestBucketExpiry follows a bucket's key on the server's clock through
 // the fast path: every charge leaves it an expiry no earlier than its
 // reset, a quarter or a second after it at most, and a charge that the
@@ -450,24 +471,13 @@ func TestBucketExpiry(t *testing.T) {
 	lim := limiter(t, st, floodgate.TokenBucket(10, time.Second, 10))
 	var e0 int64
 	for i := range 10 {
-		before, err := client.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := lim.Allow(ctx, "k")
-		if err != nil || !r.Allowed {
-			t.Fatalf("take %d = %+v, %v", i, r, err)
-		}
-		after, err := client.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		before, r, after := timedTake(t, client, lim, i)
 		// The decision was made between before and after, on that clock.
 		at := client.PExpireTime(ctx, "be:{k}:0b").Val().Microseconds()
 		slack := max(time.Second, r.ResetAfter/4).Microseconds()
 		reset := r.ResetAfter.Microseconds()
-		if at < before.UnixMicro()+reset || at > after.UnixMicro()+reset+slack+1000 {
-			t.Fatalf("take %d: expires %dµs after the decision began, want from its reset %dµs to %dµs more", i, at-before.UnixMicro(), reset, slack)
+		if at < before+reset || at > after+reset+slack+1000 {
+			t.Fatalf("take %d: expires %dµs after the decision began, want from its reset %dµs to %dµs more", i, at-before, reset, slack)
 		}
 		raw := client.Get(ctx, "be:{k}:0b").Val()
 		if len(raw) != 25 || raw[0] != 1 {
@@ -477,11 +487,11 @@ func TestBucketExpiry(t *testing.T) {
 		switch {
 		case i == 0:
 			// A fresh key: its expiry is the reset, 100ms, and a second.
-			if at < before.UnixMicro()+1100000-1000 {
-				t.Fatalf("first take: expires %dµs after the decision began, want the reset and a second", at-before.UnixMicro())
+			if at < before+1100000-1000 {
+				t.Fatalf("first take: expires %dµs after the decision began, want the reset and a second", at-before)
 			}
 			e0 = e
-		case before.UnixMicro()+r.ResetAfter.Microseconds()+200000 <= e0:
+		case before+r.ResetAfter.Microseconds()+200000 <= e0:
 			// The first expiry covers this charge by far: it is kept.
 			if e != e0 {
 				t.Errorf("take %d: e %d, want the first %d kept", i, e, e0)
@@ -502,22 +512,11 @@ func TestWindowExpiry(t *testing.T) {
 	lim := limiter(t, st, floodgate.FixedWindow(100, time.Hour))
 	var first int64
 	for i := range 3 {
-		before, err := client.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := lim.Allow(ctx, "k")
-		if err != nil || !r.Allowed {
-			t.Fatalf("take %d = %+v, %v", i, r, err)
-		}
-		after, err := client.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		before, r, after := timedTake(t, client, lim, i)
 		at := client.PExpireTime(ctx, "we:{k}:0f").Val().Microseconds()
 		end := r.ResetAfter.Microseconds() // from the decision, between before and after
-		if at < before.UnixMicro()+end || at > after.UnixMicro()+end+(15*time.Minute).Microseconds()+1000 {
-			t.Fatalf("take %d: expires %dµs after the decision began, want from the window's end, %dµs, to 15 minutes more", i, at-before.UnixMicro(), end)
+		if at < before+end || at > after+end+(15*time.Minute).Microseconds()+1000 {
+			t.Fatalf("take %d: expires %dµs after the decision began, want from the window's end, %dµs, to 15 minutes more", i, at-before, end)
 		}
 		if raw := client.Get(ctx, "we:{k}:0f").Val(); len(raw) != 41 || raw[0] != 5 {
 			t.Fatalf("take %d: state %s, want the binary form without an override", i, showBucket(raw))
