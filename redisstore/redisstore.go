@@ -60,9 +60,14 @@ type Options struct {
 	// caller. Results are the same either way.
 	DisableBatching bool
 	// MaxInflight is how many script calls (batches) may be in flight at
-	// once on a standalone server. Default: 4. On a Cluster each slot has
-	// one script call in flight at a time, and the calls for a slot that
-	// arrive meanwhile go together in its next one, so a slow master
+	// once on a standalone server. Default: 2, one for Redis to run while
+	// the client reads the other's reply and the next batch gathers: that
+	// keeps a busy Redis busy with the fewest, largest batches, and each
+	// script call costs Redis about as much as a few decisions. More
+	// shortens the wait of a decision queued behind a long round trip,
+	// where the network is slow and Redis idle. On a Cluster each slot
+	// has one script call in flight at a time, and the calls for a slot
+	// that arrive meanwhile go together in its next one, so a slow master
 	// holds up only its own slots.
 	MaxInflight int
 	// MaxBatch is the most decisions in one batch. Default: 128.
@@ -194,7 +199,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	}
 	if !o.DisableBatching {
 		if o.MaxInflight <= 0 {
-			o.MaxInflight = 4
+			o.MaxInflight = 2
 		}
 		if o.MaxBatch <= 0 {
 			o.MaxBatch = 128
