@@ -189,3 +189,61 @@ func testGroupFastPath(t *testing.T, client *redis.Client, prefix string, noFns 
 		}
 	}
 }
+
+// The fast path reuses its state tables from one call to the next (see
+// newBucket in bucket.lua): a key decided by its override, or one whose
+// state exists, leaves nothing for the next call's key at the same place
+// in the pool, alone or in a group, for buckets and windows alike.
+func TestStateReuse(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Start(t).Client(t)
+	for _, tt := range []struct {
+		name          string
+		limit, custom floodgate.Limit // the keys' limit, and "big"'s override
+	}{
+		{"bucket", floodgate.TokenBucket(1, time.Hour, 3), floodgate.TokenBucket(1, time.Hour, 9)},
+		{"window", floodgate.FixedWindow(3, time.Hour), floodgate.FixedWindow(9, time.Hour)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newStore(t, client, &redisstore.Options{Prefix: "sr" + tt.name + ":", Clock: storetest.NewClock(storetest.Base)})
+			lim := limiter(t, st, tt.limit)
+			if err := lim.SetOverride(ctx, "big", floodgate.Override{Limits: []floodgate.Limit{tt.custom}}, floodgate.ResetUsage); err != nil {
+				t.Fatal(err)
+			}
+			// Each step's keys go in one call, alone or as a group; want
+			// is each key's remaining after it.
+			for i, step := range []struct {
+				keys []string
+				want []int64
+			}{
+				{[]string{"big"}, []int64{8}},
+				{[]string{"a"}, []int64{2}},
+				{[]string{"big"}, []int64{7}},
+				{[]string{"b"}, []int64{2}},
+				{[]string{"big", "c"}, []int64{6, 2}},
+				{[]string{"d", "big"}, []int64{2, 5}},
+				{[]string{"a", "e", "big"}, []int64{1, 2, 4}},
+				{[]string{"f", "g", "h"}, []int64{2, 2, 2}},
+			} {
+				reqs := make([]floodgate.Request, len(step.keys))
+				for j, k := range step.keys {
+					reqs[j] = floodgate.Request{Limiter: lim, Key: k, N: 1}
+				}
+				if len(reqs) == 1 {
+					r, err := lim.Allow(ctx, step.keys[0])
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+					reqs[0].Result = r
+				} else if err := floodgate.AllowGroup(ctx, reqs, false); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				for j, r := range reqs {
+					if !r.Result.Allowed || r.Result.Remaining != step.want[j] {
+						t.Errorf("step %d, %s: %+v, want allowed with %d remaining", i, step.keys[j], r.Result, step.want[j])
+					}
+				}
+			}
+		})
+	}
+}
