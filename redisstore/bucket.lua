@@ -81,9 +81,11 @@ end
 local POOL_MAX = 256
 local bucketPool, windowPool, nBuckets, nWindows = {}, {}, 0, 0
 
--- newBucket returns a bucket's state as this call starts it: found says
--- whether the key holds one, which the caller then parses into it.
-local function newBucket(found)
+-- newBucket returns a bucket's state as this call starts it, from raw,
+-- what GET read of the key (false when it holds none), which the caller
+-- then parses into it.
+local function newBucket(raw)
+  local found = raw and true
   nBuckets = nBuckets + 1
   local s = bucketPool[nBuckets]
   if s then
@@ -98,7 +100,8 @@ local function newBucket(found)
 end
 
 -- newWindow is newBucket for a fixed window's state.
-local function newWindow(found)
+local function newWindow(raw)
+  local found = raw and true
   nWindows = nWindows + 1
   local s = windowPool[nWindows]
   if s then
@@ -122,13 +125,13 @@ local function loadState(key, seen, kind)
   if type(raw) == 'table' and raw.err then return nil, wrongType(key) end
   local bare = false
   if kind == 1 then
-    s = newBucket(raw and true)
+    s = newBucket(raw)
     if raw then
       s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
       if not s.tat then return nil, corrupt(key) end
     end
   else
-    s = newWindow(raw and true)
+    s = newWindow(raw)
     if raw then
       s.start, s.stop, s.count, s.last, s.skew, bare = parseFixed(raw)
       if not s.start then return nil, corrupt(key) end
@@ -180,7 +183,7 @@ local function decideBucketKey(key, arg, serverTime, seen)
     -- a call costs.
     local raw = rpcall('GET', key)
     if type(raw) == 'table' and raw.err then return wrongType(key) end
-    s = newBucket(raw and true)
+    s = newBucket(raw)
     local bare = false
     if raw then
       s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)

@@ -72,8 +72,9 @@ func library() (code, name string) {
 
 // pipelineMax is the largest batch of lone bucket decisions that goes out
 // as a pipeline of fast-path function calls, one per decision, rather than
-// as one decide.lua call: for a few decisions, the fast path's lower cost
-// per call outweighs decide.lua's sharing of one call among them. Each
+// as one call of bucketBatch: for a few decisions the two cost about the
+// same (within the noise at 8 goroutines on 10,000 keys, measured with
+// pipelineMax 1 against 4; 0-12% in the pipeline's favour earlier). Each
 // function call is atomic and they run in order, so the results are those
 // of one call after the other.
 const pipelineMax = 4
