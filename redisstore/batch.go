@@ -52,23 +52,30 @@ const (
 // batcher sends concurrent calls to Redis together. A call that finds
 // room for another script call and nothing queued goes out at once, on its
 // caller's goroutine, so one goroutine never waits for a batch, nor for a
-// worker to wake; calls that arrive while maxInflight are in flight queue,
-// and the next free worker sends everything queued in one script call. At most maxInflight script calls (or
-// pipelines) are in flight at once. On a Cluster, where only calls for one
-// slot can share a script call, each slot queues on its own instead (see
-// doSlot).
+// worker to wake; calls that arrive while there is no room queue, and the
+// next free worker sends everything queued in one script call. There is
+// room while fewer than maxInflight script calls (or pipelines) are in
+// flight, and fewer than busyInflight while the script calls that go out
+// carry smallBatch calls or more (see room). On a Cluster, where only
+// calls for one slot can share a script call, each slot queues on its own
+// instead (see doSlot).
 type batcher struct {
-	s           *Store
-	maxInflight int
-	maxBatch    int
-	timeout     time.Duration
+	s            *Store
+	maxInflight  int
+	busyInflight int
+	maxBatch     int
+	timeout      time.Duration
 
 	mu       sync.Mutex
 	pending  []*call
-	inflight int
-	closed   bool
-	slots    map[int]*slotQueue // on a Cluster: each slot's own queue
-	slotsWG  sync.WaitGroup     // the slot queues' sending goroutines
+	inflight int // script calls in flight
+	// size is how many calls the script calls carried as they went out,
+	// averaged over the last few (an exponentially weighted moving
+	// average, of weight 1/8, in 256ths of a call).
+	size    int
+	closed  bool
+	slots   map[int]*slotQueue // on a Cluster: each slot's own queue
+	slotsWG sync.WaitGroup     // the slot queues' sending goroutines
 
 	scripts, decisions atomic.Uint64 // script calls made, decisions they carried
 
@@ -77,8 +84,17 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
+// smallBatch is the batch size below which the batcher lets maxInflight
+// script calls out, rather than busyInflight. Measured with 8 and 64
+// goroutines deciding on 10,000 keys of one local redis-server (see
+// Options.MaxInflight): at 8, batches are of two decisions with two
+// script calls in flight and of 1.5 with four, and four made 1.2 times
+// the decisions of two; at 64, two made batches of 19 and 1.09 times the
+// decisions of four, which made batches of 10.
+const smallBatch = 4
+
 func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration) *batcher {
-	b := &batcher{s: s, maxInflight: maxInflight, maxBatch: maxBatch, timeout: timeout,
+	b := &batcher{s: s, maxInflight: maxInflight, busyInflight: (maxInflight + 1) / 2, maxBatch: maxBatch, timeout: timeout,
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if s.cluster {
 		b.slots = map[int]*slotQueue{}
@@ -112,6 +128,32 @@ func (b *batcher) close() {
 	}
 }
 
+// room reports whether another script call may go out now: fewer than
+// maxInflight are in flight, and fewer than busyInflight if the script
+// calls that went out lately carried smallBatch calls or more. b.mu is
+// held.
+//
+// Batches that large mean that many decisions wait: Redis, or the CPU
+// that the client shares with it, is then the bottleneck, and each
+// script call costs about as much as a few decisions, so fewer calls in
+// flight, with larger batches, decide more. With batches smaller than
+// that, the wait is the round trip, and more of them in parallel decide
+// more.
+func (b *batcher) room() bool {
+	return b.inflight < b.busyInflight ||
+		b.inflight < b.maxInflight && b.size < smallBatch<<8
+}
+
+// out records a script call of k calls going out. b.mu is held.
+func (b *batcher) out(k int) {
+	b.inflight++
+	d := k<<8 - b.size
+	if d > 0 {
+		d += 7 // rounded up, so that a steady size is reached
+	}
+	b.size += d / 8
+}
+
 func (b *batcher) signal() {
 	select {
 	case b.wake <- struct{}{}:
@@ -125,10 +167,10 @@ func (b *batcher) do(c *call) error {
 		return b.doSlot(c)
 	}
 	b.mu.Lock()
-	if b.inflight < b.maxInflight && len(b.pending) == 0 && !b.closed {
+	if len(b.pending) == 0 && b.room() && !b.closed {
 		// Room for another script call and nothing queued: no reason to
 		// wait for company, or for a worker to wake.
-		b.inflight++
+		b.out(1)
 		b.mu.Unlock()
 		b.s.send(c.ctx, []*call{c})
 		b.finished()
@@ -247,7 +289,7 @@ func (b *batcher) worker() {
 		}
 		for {
 			b.mu.Lock()
-			if len(b.pending) == 0 || b.inflight >= b.maxInflight {
+			if len(b.pending) == 0 || !b.room() {
 				b.mu.Unlock()
 				break
 			}
@@ -256,7 +298,7 @@ func (b *batcher) worker() {
 			rest := copy(b.pending, b.pending[k:])
 			clear(b.pending[rest:])
 			b.pending = b.pending[:rest]
-			b.inflight++
+			b.out(k)
 			b.mu.Unlock()
 			if rest > 0 {
 				b.signal() // another worker can take the rest
