@@ -60,12 +60,12 @@ type Options struct {
 	// caller. Results are the same either way.
 	DisableBatching bool
 	// MaxInflight is how many script calls (batches) may be in flight at
-	// once on a standalone server. Default: 4. While the script calls
-	// carry 4 decisions or more on average, half as many (rounded up) go
-	// out: batches that large mean that many decisions wait, Redis (or
-	// the CPU the client shares with it) is the bottleneck, each script
-	// call costs about as much as a few decisions, and with one call for
-	// Redis to run while the client reads the other's reply and the next
+	// once on a standalone server. Default: 4. While the script calls carry
+	// 4 requests or more on average (a group counting as one), half as many
+	// (rounded up) go out: batches that large mean that many decisions wait,
+	// Redis (or the CPU the client shares with it) is the bottleneck, each
+	// script call costs about as much as a few decisions, and with one call
+	// for Redis to run while the client reads the other's reply and the next
 	// batch gathers, a busy Redis stays busy with the fewest, largest
 	// batches. With smaller batches the wait is the round trip, and more
 	// calls in parallel shorten it. More also helps where the network is
