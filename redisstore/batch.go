@@ -55,16 +55,15 @@ const (
 // worker to wake; calls that arrive while there is no room queue, and the
 // next free worker sends everything queued in one script call. There is
 // room while fewer than maxInflight script calls (or pipelines) are in
-// flight, and fewer than busyInflight while the script calls that go out
+// flight, and fewer than half as many while the script calls that go out
 // carry smallBatch calls or more (see room). On a Cluster, where only
 // calls for one slot can share a script call, each slot queues on its own
 // instead (see doSlot).
 type batcher struct {
-	s            *Store
-	maxInflight  int
-	busyInflight int
-	maxBatch     int
-	timeout      time.Duration
+	s           *Store
+	maxInflight int
+	maxBatch    int
+	timeout     time.Duration
 
 	mu       sync.Mutex
 	pending  []*call
@@ -85,7 +84,7 @@ type batcher struct {
 }
 
 // smallBatch is the batch size below which the batcher lets maxInflight
-// script calls out, rather than busyInflight. Measured with 8 and 64
+// script calls out, rather than half as many. Measured with 8 and 64
 // goroutines deciding on 10,000 keys of one local redis-server (see
 // Options.MaxInflight): at 8, batches are of two decisions with two
 // script calls in flight and of 1.5 with four, and four made 1.2 times
@@ -94,7 +93,7 @@ type batcher struct {
 const smallBatch = 4
 
 func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration) *batcher {
-	b := &batcher{s: s, maxInflight: maxInflight, busyInflight: (maxInflight + 1) / 2, maxBatch: maxBatch, timeout: timeout,
+	b := &batcher{s: s, maxInflight: maxInflight, maxBatch: maxBatch, timeout: timeout,
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if s.cluster {
 		b.slots = map[int]*slotQueue{}
@@ -129,9 +128,9 @@ func (b *batcher) close() {
 }
 
 // room reports whether another script call may go out now: fewer than
-// maxInflight are in flight, and fewer than busyInflight if the script
-// calls that went out lately carried smallBatch calls or more. b.mu is
-// held.
+// maxInflight are in flight, and fewer than half as many (rounded up) if
+// the script calls that went out lately carried smallBatch calls or more.
+// b.mu is held.
 //
 // Batches that large mean that many decisions wait: Redis, or the CPU
 // that the client shares with it, is then the bottleneck, and each
@@ -140,8 +139,11 @@ func (b *batcher) close() {
 // that, the wait is the round trip, and more of them in parallel decide
 // more.
 func (b *batcher) room() bool {
-	return b.inflight < b.busyInflight ||
-		b.inflight < b.maxInflight && b.size < smallBatch<<8
+	limit := b.maxInflight
+	if b.size >= smallBatch<<8 {
+		limit = (limit + 1) / 2
+	}
+	return b.inflight < limit
 }
 
 // out records a script call of k calls going out. b.mu is held.

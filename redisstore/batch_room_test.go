@@ -29,7 +29,7 @@ func TestBatcherRoom(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := &batcher{maxInflight: tt.maxInflight, busyInflight: (tt.maxInflight + 1) / 2}
+			b := &batcher{maxInflight: tt.maxInflight}
 			// The average settles on a steady size.
 			for range 100 {
 				b.out(tt.size)
@@ -46,7 +46,7 @@ func TestBatcherRoom(t *testing.T) {
 // ones, a caller that found nothing queued, does not open the room that
 // large batches close, and that the room opens once batches stay small.
 func TestBatcherSizeAverage(t *testing.T) {
-	b := &batcher{maxInflight: 4, busyInflight: 2}
+	b := &batcher{maxInflight: 4}
 	for range 100 {
 		b.out(19)
 	}
