@@ -17,10 +17,10 @@ local TAKE, CHARGE, REFUND = 0, 1, 2
 -- Globals read once: a global is a table lookup at every use. A library
 -- is loaded where only the redis table exists, so init binds them at the
 -- first call (a script calls it first thing).
-local floor, max, min, format, match, gmatch, sub, byte, concat, tonumber, sunpack, spack, call, rpcall
+local floor, max, min, format, match, gmatch, sub, byte, concat, tonumber, type, sunpack, spack, call, rpcall
 local function init()
   floor, max, min, format, match, gmatch, sub, byte, concat = math.floor, math.max, math.min, string.format, string.match, string.gmatch, string.sub, string.byte, table.concat
-  tonumber, sunpack, spack, call, rpcall = _G.tonumber, struct.unpack, struct.pack, redis.call, redis.pcall
+  tonumber, type, sunpack, spack, call, rpcall = _G.tonumber, _G.type, struct.unpack, struct.pack, redis.call, redis.pcall
 end
 
 -- mulDiv is core.MulDiv: floor(a*b/c) and remainder, exactly, for
