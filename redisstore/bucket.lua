@@ -76,8 +76,10 @@ end
 -- locals outlive a call, each kind keeps up to POOL_MAX tables; a call
 -- takes them in order from the first (bucketOne and bucketBatch start it
 -- over) and newBucket and newWindow set every field of each, so nothing of
--- an earlier call remains. (A script's chunk runs at every call, and
--- starts with empty pools.)
+-- an earlier call remains: the state's numbers to zero for a key that
+-- holds none, and otherwise not at all, since the caller's parse sets
+-- every one of them (or nil, when it fails, and the table is dropped).
+-- (A script's chunk runs at every call, and starts with empty pools.)
 local POOL_MAX = 256
 local bucketPool, windowPool, nBuckets, nWindows = {}, {}, 0, 0
 
@@ -89,8 +91,8 @@ local function newBucket(raw)
   nBuckets = nBuckets + 1
   local s = bucketPool[nBuckets]
   if s then
-    s.ov, s.oraw, s.found, s.tat, s.f, s.sr, s.last, s.skew, s.e, s.ttl, s.dirty =
-      false, false, found, 0, 0, 0, 0, 0, 0, false, false
+    s.ov, s.oraw, s.found, s.ttl, s.dirty = false, false, found, false, false
+    if not found then s.tat, s.f, s.sr, s.last, s.skew, s.e = 0, 0, 0, 0, 0, 0 end
     return s
   end
   -- Every field in the constructor, so that the table is sized once.
@@ -105,8 +107,8 @@ local function newWindow(raw)
   nWindows = nWindows + 1
   local s = windowPool[nWindows]
   if s then
-    s.ov, s.oraw, s.found, s.start, s.stop, s.count, s.last, s.skew, s.ttl, s.dirty =
-      false, false, found, 0, 0, 0, 0, 0, false, false
+    s.ov, s.oraw, s.found, s.ttl, s.dirty = false, false, found, false, false
+    if not found then s.start, s.stop, s.count, s.last, s.skew = 0, 0, 0, 0, 0 end
     return s
   end
   s = {ov = false, oraw = false, found = found, start = 0, stop = 0, count = 0, last = 0, skew = 0, ttl = false, dirty = false, window = true}
