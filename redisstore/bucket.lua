@@ -372,16 +372,25 @@ end
 local function checkGroup(keys, argv, k, a, count, serverTime, seen)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
-    local now = sunpack('>d', arg)
-    if now < 0 then now = serverTime() end
     local kind = 1
     if #arg == WINDOW_ARG then kind = 2 end
     local s, err = loadState(key, seen, kind)
     if not s then return asRecord(err) end
-    local _, here = liveOverride(s, now, kind)
-    if not here then return elsewhere(s) end
+    if s.ov then
+      -- Only an override can send the group elsewhere (liveOverride).
+      local now = sunpack('>d', arg)
+      if now < 0 then now = serverTime() end
+      local _, here = liveOverride(s, now, kind)
+      if not here then return elsewhere(s) end
+    end
   end
 end
+
+-- groupSizes remembers the size of each group mark ("g<count>") that
+-- bucketBatch read, one entry per size: tonumber costs Lua about two
+-- thousand instructions (C's strtod), looking up the interned mark a few
+-- dozen. A script's chunk, run at every call, starts with none.
+local groupSizes = {}
 
 -- bucketBatch decides, in order, one request per key of KEYS, each on the
 -- bucket or fixed window whose state is that key, with its argument in
@@ -399,7 +408,11 @@ local function bucketBatch(keys, argv)
   while a <= #argv do
     local arg = argv[a]
     if #arg < WINDOW_ARG then -- "g<count>"
-      local count = tonumber(sub(arg, 2))
+      local count = groupSizes[arg]
+      if not count then
+        count = tonumber(sub(arg, 2))
+        groupSizes[arg] = count
+      end
       local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen)
       for j = 0, count - 1 do
         m = m + 1
