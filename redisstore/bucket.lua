@@ -161,6 +161,14 @@ local function liveOverride(s, now, kind)
   return ov, #ov.specs == 1 and ov.specs[1].kind == kind
 end
 
+-- The argument that decideBucketKey unpacked last, and its ten numbers:
+-- the requests of one Policy with one cost on the server's clock (now -1)
+-- carry the same bytes, which Lua holds as one string, so each decision
+-- after the first of them, in this call or a later one, compares two
+-- pointers instead of unpacking (a thirtieth of a decision's instructions
+-- in Redis). A script's chunk, run at every call, starts with none.
+local bArg, bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+
 -- decideBucketKey decides one request on the bucket whose state is key.
 -- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
 -- Redis far less to read than ten decimal strings: now in µs (or -1 for
@@ -174,14 +182,6 @@ end
 -- does, and each decision sees the ones before it.
 -- It returns the decision's record (see RECORD_DECISION), or an error
 -- reply.
--- The argument that decideBucketKey unpacked last, and its ten numbers:
--- the requests of one Policy with one cost on the server's clock (now -1)
--- carry the same bytes, which Lua holds as one string, so each decision
--- after the first of them, in this call or a later one, compares two
--- pointers instead of unpacking (a thirtieth of a decision's instructions
--- in Redis). A script's chunk, run at every call, starts with none.
-local bArg, bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-
 local function decideBucketKey(key, arg, serverTime, seen)
   if arg ~= bArg then
     bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = sunpack('>dddddddddd', arg)
@@ -248,15 +248,15 @@ local function decideBucketKey(key, arg, serverTime, seen)
   return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
+-- The argument that decideWindowKey unpacked last, and its five numbers,
+-- as for a bucket (bArg).
+local wArg, wNow, wN, wExtra, wL, wP = false, 0, 0, 0, 0, 0
+
 -- decideWindowKey decides one request on the fixed window whose state is
 -- key, as decideBucketKey does on a bucket. arg is five big-endian
 -- doubles (struct.pack '>ddddd'): now in µs (or -1 for the server's TIME),
 -- the cost n (0 peeks; -n charges n whatever the limit says, as core's
 -- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
--- The argument that decideWindowKey unpacked last, and its five numbers,
--- as for a bucket (bArg).
-local wArg, wNow, wN, wExtra, wL, wP = false, 0, 0, 0, 0, 0
-
 local function decideWindowKey(key, arg, serverTime, seen)
   if arg ~= wArg then
     wNow, wN, wExtra, wL, wP = sunpack('>ddddd', arg)
