@@ -37,7 +37,19 @@ type call struct {
 	out    []int64     // 4 per limit
 	limits []core.Spec // the key's override, when the reply carried one
 	err    error
-	ready  chan struct{} // closed when out or err is set
+
+	// A call that queues waits for ready, which gets one value when out or
+	// err is set; queued says it waits. Its caller sets abandoned when it
+	// stops waiting first: the batch still holds the call then, which must
+	// not be used again (see Store.put).
+	ready     chan struct{}
+	queued    bool
+	abandoned bool
+
+	// The storage of keys and out for a lone limit, so that a decision
+	// allocates neither.
+	kbuf [1]string
+	obuf [4]int64
 }
 
 // op is what a call does with its cost, as decide.lua's modes.
@@ -123,8 +135,38 @@ func (b *batcher) close() {
 	b.slotsWG.Wait()
 	for _, c := range pending {
 		c.err = floodgate.ErrClosed
-		close(c.ready)
+		c.ready <- struct{}{}
 	}
+}
+
+// get returns a call to fill, cleared, taken from the calls that callers
+// put back (see put): a call and its channel were most of a decision's
+// allocations.
+func (s *Store) get() *call {
+	c, _ := s.calls.Get().(*call)
+	if c == nil {
+		return &call{}
+	}
+	return c
+}
+
+// put gives c back for a later decision once its caller is done with it:
+// unless its caller stopped waiting for it (abandoned), no batch holds it
+// any more. It keeps c's channel, which is empty, and nothing else.
+func (s *Store) put(c *call) {
+	if c.abandoned {
+		return
+	}
+	*c = call{ready: c.ready}
+	s.calls.Put(c)
+}
+
+// wait makes c a call that queues: its caller waits for ready.
+func (c *call) wait() {
+	if c.ready == nil {
+		c.ready = make(chan struct{}, 1)
+	}
+	c.queued = true
 }
 
 // room reports whether another script call may go out now: fewer than
@@ -182,7 +224,7 @@ func (b *batcher) do(c *call) error {
 		b.mu.Unlock()
 		return floodgate.ErrClosed
 	}
-	c.ready = make(chan struct{})
+	c.wait()
 	b.pending = append(b.pending, c)
 	b.mu.Unlock()
 	b.signal()
@@ -192,6 +234,7 @@ func (b *batcher) do(c *call) error {
 	case <-c.ctx.Done():
 		// The batch will still decide it: the caller just stops waiting,
 		// as it would stop waiting for a reply of its own.
+		c.abandoned = true
 		return c.ctx.Err()
 	}
 }
@@ -227,13 +270,14 @@ func (b *batcher) doSlot(c *call) error {
 		b.slotDone(c.slot)
 		return c.err
 	}
-	c.ready = make(chan struct{})
+	c.wait()
 	q.pending = append(q.pending, c)
 	b.mu.Unlock()
 	select {
 	case <-c.ready:
 		return c.err
 	case <-c.ctx.Done():
+		c.abandoned = true
 		return c.ctx.Err() // the queued call is still decided
 	}
 }
@@ -364,8 +408,8 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 // release wakes the callers waiting for calls.
 func release(calls []*call) {
 	for _, c := range calls {
-		if c.ready != nil {
-			close(c.ready)
+		if c.queued {
+			c.ready <- struct{}{} // never blocks: one value, and room for one
 		}
 	}
 }

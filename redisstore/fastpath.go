@@ -170,13 +170,13 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.arg(c.now, c.n, c.op))
+		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.boxed(c.now, c.n, c.op))
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
 		if functionMissing(cmds[i].Err()) {
 			s.fnReady.Store(false)
-			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n, c.op)))
+			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op)))
 		} else {
 			c.out, c.err = s.bucketResult(c, cmds[i])
 		}
@@ -188,7 +188,7 @@ func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
 // the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
-	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.arg(c.now, c.n, c.op)))
+	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op)))
 	if c.err == errNotFast {
 		s.handOn(ctx, []*call{c})
 	}
@@ -224,6 +224,9 @@ func (s *Store) handOn(ctx context.Context, calls []*call) {
 type fastArgs struct {
 	packed [80]byte // now and n (0 here), extra, then a bucket's quota, rate, period, tauQ, tauR, n*T or a window's quota, period
 	window bool     // a fixed window's
+	// take1 is the argument of the commonest request, built once: it takes
+	// 1 on the server's clock (see boxed).
+	take1 any
 	// A bucket's, for n*T when n is not 1.
 	quota  int64
 	period int64
@@ -241,13 +244,26 @@ func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 		for i, v := range [...]int64{extraTTL, sp.Quota, sp.Period} {
 			putDouble(f.packed[8*(2+i):], v)
 		}
+		f.take1 = f.arg(-1, 1, opTake)
 		return f
 	}
 	f := &fastArgs{quota: sp.Quota, period: sp.Period, rate: sp.Rate, tq: sp.TQ, tr: sp.TR}
 	for i, v := range [...]int64{extraTTL, sp.Quota, sp.Rate, sp.Period, sp.TauQ, sp.TauR} {
 		putDouble(f.packed[8*(2+i):], v)
 	}
+	f.take1 = f.arg(-1, 1, opTake)
 	return f
+}
+
+// boxed returns arg(now, n, o) as a script argument. The commonest
+// request, which takes 1 on the server's clock, has its argument built
+// once: a batch's argument is otherwise a string and an interface value
+// allocated for every request.
+func (f *fastArgs) boxed(now, n int64, o op) any {
+	if now == -1 && n == 1 && o == opTake {
+		return f.take1
+	}
+	return f.arg(now, n, o)
 }
 
 // arg returns the argument for a request of cost n at now (µs, or -1 for
@@ -292,12 +308,12 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	args := make([]any, 0, len(calls)+n)
 	for _, c := range calls {
 		if c.group == nil {
-			keys, args = append(keys, c.keys[0]), append(args, c.p.fast.arg(c.now, c.n, c.op))
+			keys, args = append(keys, c.keys[0]), append(args, c.p.fast.boxed(c.now, c.n, c.op))
 			continue
 		}
 		args = append(args, "g"+strconv.Itoa(len(c.group)))
 		for _, m := range c.group {
-			keys, args = append(keys, m.keys[0]), append(args, m.p.fast.arg(m.now, m.n, m.op))
+			keys, args = append(keys, m.keys[0]), append(args, m.p.fast.boxed(m.now, m.n, m.op))
 		}
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
@@ -381,7 +397,7 @@ func (s *Store) bucketRecord(c *call, b string) (out []int64, rest string, err e
 		if len(b) < 32 {
 			break
 		}
-		out = make([]int64, 4)
+		out = c.obuf[:]
 		for i := range out {
 			out[i] = int64(math.Float64frombits(bigEndian64(b[8*i:])))
 		}
@@ -434,7 +450,7 @@ var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 
 // runBucket runs the fast path: with FCALL while Redis takes it, and with
 // EVALSHA otherwise.
-func (s *Store) runBucket(ctx context.Context, keys []string, arg string) *redis.Cmd {
+func (s *Store) runBucket(ctx context.Context, keys []string, arg any) *redis.Cmd {
 	return s.run(ctx, bucketFunction, bucketScript, keys, arg)
 }
 

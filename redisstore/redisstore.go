@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,9 +130,10 @@ type Store struct {
 	clock    floodgate.Clock
 	extraTTL int64 // ms added to every expiry
 	owned    bool
-	batch    *batcher // nil when batching is off
-	denials  *denials // nil when the denial cache is off
-	leases   *leases  // nil without leases
+	batch    *batcher  // nil when batching is off
+	calls    sync.Pool // of *call, for takeRedis (see get)
+	denials  *denials  // nil when the denial cache is off
+	leases   *leases   // nil without leases
 	// With the denial cache, the listener of the lifts (lifts.go): closed
 	// by Close, which waits for liftsDone.
 	liftsStop, liftsDone chan struct{}
@@ -359,13 +361,18 @@ type policy struct {
 // keys returns the Redis keys of key's limits, each built at its exact
 // size: one allocation per key, and one for the slice.
 func (p *policy) keys(key string) []string {
+	return p.appendKeys(make([]string, 0, len(p.suffixes)), key)
+}
+
+// appendKeys appends the Redis keys of key's limits to dst, as keys
+// returns them, and returns the extended slice.
+func (p *policy) appendKeys(dst []string, key string) []string {
 	tag, braces := key, strings.ContainsAny(key, "{}")
 	if braces {
 		tag = hashTag(key) // "{hash}", followed by the key itself
 	}
-	keys := make([]string, len(p.suffixes))
 	var b strings.Builder
-	for i, suffix := range p.suffixes {
+	for _, suffix := range p.suffixes {
 		b.Grow(len(p.s.prefix) + len(tag) + len(key) + len(suffix) + 3)
 		b.WriteString(p.s.prefix)
 		if !braces {
@@ -378,10 +385,10 @@ func (p *policy) keys(key string) []string {
 		}
 		b.WriteByte(':')
 		b.WriteString(suffix)
-		keys[i] = b.String()
+		dst = append(dst, b.String())
 		b = strings.Builder{}
 	}
-	return keys
+	return dst
 }
 
 // hashTag returns the Cluster hash tag of key's Redis keys: "{key}", or,
@@ -443,7 +450,10 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 		sent = s.denials.now()
 	}
 	now := s.nowArg()
-	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: now, specs: p.params, op: o}
+	c := s.get()
+	defer s.put(c)
+	c.ctx, c.p, c.n, c.now, c.specs, c.op = ctx, p, n, now, p.params, o
+	c.keys = p.appendKeys(c.kbuf[:0], key)
 	if p.calendar {
 		c.specs = p.calendarParams(now)
 	}

@@ -944,6 +944,52 @@ func TestBatchCallersLeave(t *testing.T) {
 	t.Logf("%d answered, %d left, %d closed", answered.Load(), left.Load(), closed.Load())
 }
 
+// Calls are reused once their callers have their answers, and never while
+// a batch still holds one whose caller left: every answer is its own
+// caller's. Each worker charges its own key by its own cost, so an answer
+// meant for another worker, or written after its caller reused the call,
+// shows as a remaining count that its cost does not divide, or one that
+// does not go down.
+func TestBatchReusedCalls(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	st := newStore(t, client, &redisstore.Options{Prefix: "re:"})
+	const quota, workers, tries = 1_000_000, 16, 80
+	lim := limiter(t, st, floodgate.TokenBucket(1, time.Minute, quota))
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cost, last := int64(w+1), int64(quota)
+			for i := range tries {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%3 == 0 {
+					go cancel() // gone at some point while it waits
+				}
+				r, err := lim.AllowN(ctx, fmt.Sprintf("w%d", w), cost)
+				cancel()
+				switch {
+				case errors.Is(err, context.Canceled):
+					continue
+				case err != nil:
+					errs <- err
+					return
+				case !r.Allowed || (quota-r.Remaining)%cost != 0 || r.Remaining >= last:
+					errs <- fmt.Errorf("worker %d (cost %d), try %d: %+v after remaining %d", w, cost, i, r, last)
+					return
+				}
+				last = r.Remaining
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 // A key holding foreign data fails its own decisions, never the others
 // that share its batch.
 func TestBatchIsolatesErrors(t *testing.T) {
