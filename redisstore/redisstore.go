@@ -569,7 +569,16 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	}
 	var err error
 	if len(calls) == 1 && s.batch != nil {
-		err = s.batch.do(calls[0])
+		if err = s.batch.do(calls[0]); calls[0].abandoned {
+			// The caller stopped waiting: the batch still decides the
+			// group and writes its members, so they are not read here.
+			for i := range reqs {
+				if s.denials != nil && reqs[i].N > 0 {
+					s.denials.forget(reqs[i].Key) // its state may move
+				}
+			}
+			return err
+		}
 	} else {
 		s.send(ctx, calls)
 		for _, c := range calls {

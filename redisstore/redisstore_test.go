@@ -967,7 +967,18 @@ func TestBatchReusedCalls(t *testing.T) {
 				if i%3 == 0 {
 					go cancel() // gone at some point while it waits
 				}
-				r, err := lim.AllowN(ctx, fmt.Sprintf("w%d", w), cost)
+				var r floodgate.Result
+				var err error
+				other := floodgate.Result{Allowed: true, Remaining: quota}
+				if i%2 == 0 {
+					r, err = lim.AllowN(ctx, fmt.Sprintf("w%d", w), cost)
+				} else {
+					// A group's calls are reused too: its other member's
+					// answer is checked alike.
+					g := []floodgate.Request{{Limiter: lim, Key: fmt.Sprintf("w%d", w), N: cost}, {Limiter: lim, Key: fmt.Sprintf("g%d", w), N: cost}}
+					err = floodgate.AllowGroup(ctx, g, true)
+					r, other = g[0].Result, g[1].Result
+				}
 				cancel()
 				switch {
 				case errors.Is(err, context.Canceled):
@@ -977,6 +988,9 @@ func TestBatchReusedCalls(t *testing.T) {
 					return
 				case !r.Allowed || (quota-r.Remaining)%cost != 0 || r.Remaining >= last:
 					errs <- fmt.Errorf("worker %d (cost %d), try %d: %+v after remaining %d", w, cost, i, r, last)
+					return
+				case !other.Allowed || (quota-other.Remaining)%cost != 0:
+					errs <- fmt.Errorf("worker %d (cost %d), try %d: the group's other member %+v", w, cost, i, other)
 					return
 				}
 				last = r.Remaining
