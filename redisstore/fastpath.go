@@ -224,9 +224,9 @@ func (s *Store) handOn(ctx context.Context, calls []*call) {
 type fastArgs struct {
 	packed [80]byte // now and n (0 here), extra, then a bucket's quota, rate, period, tauQ, tauR, n*T or a window's quota, period
 	window bool     // a fixed window's
-	// take1 is the argument of the commonest request, built once: it takes
-	// 1 on the server's clock (see boxed).
-	take1 any
+	// The arguments of the commonest requests, built once (see boxed):
+	// they take 1, or for a window charge 1, on the server's clock.
+	take1, charge1 any
 	// A bucket's, for n*T when n is not 1.
 	quota  int64
 	period int64
@@ -244,7 +244,7 @@ func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 		for i, v := range [...]int64{extraTTL, sp.Quota, sp.Period} {
 			putDouble(f.packed[8*(2+i):], v)
 		}
-		f.take1 = f.arg(-1, 1, opTake)
+		f.take1, f.charge1 = f.arg(-1, 1, opTake), f.arg(-1, 1, opCharge)
 		return f
 	}
 	f := &fastArgs{quota: sp.Quota, period: sp.Period, rate: sp.Rate, tq: sp.TQ, tr: sp.TR}
@@ -256,12 +256,17 @@ func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 }
 
 // boxed returns arg(now, n, o) as a script argument. The commonest
-// request, which takes 1 on the server's clock, has its argument built
-// once: a batch's argument is otherwise a string and an interface value
-// allocated for every request.
+// requests, which take (or charge) 1 on the server's clock, have theirs
+// built once: a request's argument is otherwise a string and an interface
+// value allocated for every request.
 func (f *fastArgs) boxed(now, n int64, o op) any {
-	if now == -1 && n == 1 && o == opTake {
-		return f.take1
+	if now == -1 && n == 1 {
+		switch {
+		case o == opTake:
+			return f.take1
+		case o == opCharge && f.window:
+			return f.charge1
+		}
 	}
 	return f.arg(now, n, o)
 }

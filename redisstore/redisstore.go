@@ -539,7 +539,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		return nil
 	}
 	now := s.nowArg()
-	members, block := make([]*call, len(reqs)), make([]call, len(reqs))
+	members := make([]*call, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		p, ok := r.Policy.(*policy)
@@ -550,8 +550,9 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		if r.Force {
 			o = opCharge
 		}
-		m := &block[i]
-		*m = call{ctx: ctx, p: p, keys: p.keys(r.Key), n: r.N, now: now, specs: p.params, op: o, advisory: r.Advisory}
+		m := s.get()
+		m.ctx, m.p, m.n, m.now, m.specs, m.op, m.advisory = ctx, p, r.N, now, p.params, o, r.Advisory
+		m.keys = p.appendKeys(m.kbuf[:0], r.Key)
 		if p.calendar {
 			m.specs = p.calendarParams(now)
 		}
@@ -565,8 +566,21 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	// Envoy request of one descriptor, say).
 	calls := members
 	if len(members) > 1 {
-		calls = groupCalls(ctx, members, all, s.cluster)
+		calls = s.groupCalls(ctx, members, all)
 	}
+	defer func() {
+		if len(calls) == 1 && calls[0].abandoned {
+			return // the batch still holds it, and its members
+		}
+		for _, c := range calls {
+			if c.group != nil {
+				s.put(c)
+			}
+		}
+		for _, m := range members {
+			s.put(m)
+		}
+	}()
 	var err error
 	if len(calls) == 1 && s.batch != nil {
 		if err = s.batch.do(calls[0]); calls[0].abandoned {
@@ -616,14 +630,15 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 
 // groupCalls returns the calls that decide the group of members: one, or
 // on a Cluster one per slot that their keys fall in.
-func groupCalls(ctx context.Context, members []*call, all, cluster bool) []*call {
+func (s *Store) groupCalls(ctx context.Context, members []*call, all bool) []*call {
 	parts := [][]*call{members}
-	if cluster {
+	if s.cluster {
 		parts = groupBySlot(members)
 	}
 	calls := make([]*call, len(parts))
 	for i, part := range parts {
-		c := &call{ctx: ctx, p: part[0].p, group: part, all: all, slot: part[0].slot}
+		c := s.get()
+		c.ctx, c.p, c.group, c.all, c.slot = ctx, part[0].p, part, all, part[0].slot
 		nk := 0
 		for _, m := range part {
 			nk += len(m.keys)
