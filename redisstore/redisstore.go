@@ -90,8 +90,11 @@ type Options struct {
 	// window and sliding log, not the sliding window counter (whose retry
 	// is estimated). Such results have Source floodgate.SourceCache, the
 	// Remaining of the denial, and RetryAfter less the time since. It
-	// cuts the cost of abusive clients hammering a denied key. Default:
-	// off.
+	// cuts the cost of abusive clients hammering a denied key. It answers
+	// the requests of a group (TakeGroup) too, each as it would be alone,
+	// unless the group is all or nothing or an earlier request of the
+	// group is on the same key; the others go to Redis in one call as
+	// before. Forced charges are never answered from it. Default: off.
 	DenialCache bool
 	// Leases, when set, lets a process admit requests on a hot key from a
 	// lease: when a key of a lone bucket limit (token bucket, leaky bucket,
@@ -539,7 +542,20 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		return nil
 	}
 	now := s.nowArg()
-	members := make([]*call, len(reqs))
+	// With the denial cache, a request of a group that is not all or
+	// nothing is answered from it as it would be alone, unless a request
+	// before it in the group goes to Redis on its key: a cached denial
+	// charged nothing, so the requests after it see the same states
+	// without it. (In an all-or-nothing group, a denial would undo the
+	// others, whose answers then need their states from Redis.)
+	var sent time.Time
+	cached := s.denials != nil && !all
+	if s.denials != nil {
+		sent = s.denials.now()
+	}
+	// members are the requests sent to Redis; which[j] is members[j]'s
+	// index in reqs.
+	members, which := make([]*call, 0, len(reqs)), make([]int, 0, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		p, ok := r.Policy.(*policy)
@@ -550,6 +566,12 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		if r.Force {
 			o = opCharge
 		}
+		if cached && o == opTake && !sentBefore(reqs, which, r.Key) {
+			if d, ok := s.denials.get(r.Key, p, r.N); ok {
+				r.Decision = d
+				continue
+			}
+		}
 		m := s.get()
 		m.ctx, m.p, m.n, m.now, m.specs, m.op, m.advisory = ctx, p, r.N, now, p.params, o, r.Advisory
 		m.keys = p.appendKeys(m.kbuf[:0], r.Key)
@@ -559,7 +581,10 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		if s.cluster {
 			m.slot = slotOf(m.keys[0])
 		}
-		members[i] = m
+		members, which = append(members, m), append(which, i)
+	}
+	if len(members) == 0 {
+		return nil // all answered from the denial cache
 	}
 	// A group of one request is that request alone: all or nothing
 	// changes nothing for it, and alone it may take the fast path (an
@@ -586,7 +611,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		if err = s.batch.do(calls[0]); calls[0].abandoned {
 			// The caller stopped waiting: the batch still decides the
 			// group and writes its members, so they are not read here.
-			for i := range reqs {
+			for _, i := range which {
 				if s.denials != nil && reqs[i].N > 0 {
 					s.denials.forget(reqs[i].Key) // its state may move
 				}
@@ -601,17 +626,28 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 			}
 		}
 	}
-	for i, m := range members {
+	for j, m := range members {
+		i := which[j]
 		if m.out != nil {
 			reqs[i].Decision = m.decision()
 		}
-		if s.denials != nil && m.n > 0 {
+		if s.denials == nil || m.n == 0 {
+			continue
+		}
+		if d := &reqs[i].Decision; cached && err == nil && m.out != nil && !d.Allowed && m.op == opTake {
+			// Cached as a lone denial is, in a group whose charges all
+			// stay: one that is undone (all or nothing, or a failed part
+			// on a Cluster) may have been denied for a charge before it
+			// on its key that is given back.
+			s.denials.put(reqs[i].Key, m.p, m.n, sent, *d)
+		} else {
 			s.denials.forget(reqs[i].Key) // its state may have moved
 		}
 	}
 	if len(calls) > 1 && (err != nil || (all && core.Undo(reqs))) {
 		// Undo the parts that charged, slot by slot.
-		for i, m := range members {
+		for j, m := range members {
+			i := which[j]
 			d := &reqs[i].Decision
 			if m.out == nil || !d.Allowed || m.n == 0 {
 				continue
@@ -626,6 +662,18 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 	}
 	return err
+}
+
+// sentBefore reports whether a request of reqs that goes to Redis (which
+// indexes them) is on key: the group charges it before a later request on
+// key, so a cached denial of key may be out of date by then.
+func sentBefore(reqs []core.Request, which []int, key string) bool {
+	for _, i := range which {
+		if reqs[i].Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 // groupCalls returns the calls that decide the group of members: one, or

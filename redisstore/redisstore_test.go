@@ -1125,6 +1125,66 @@ func TestDenialCache(t *testing.T) {
 	}
 }
 
+// TestDenialCacheGroups is TestDenialCache for groups (AllowGroup, as an
+// Envoy request of several descriptors is decided): random groups, all or
+// nothing or not, with forced charges among them, on two stores, one with
+// the cache. Every request's answer must agree, and the cache must answer
+// some requests of groups that are not all or nothing (and none of the
+// others: their denials may come from charges that are given back).
+func TestDenialCacheGroups(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	clock := storetest.NewClock(storetest.Base)
+	plain := newStore(t, client, &redisstore.Options{Prefix: "dgp:", Clock: clock})
+	cached := newStore(t, client, &redisstore.Options{Prefix: "dgc:", Clock: clock, DenialCache: true})
+	limits := [][]floodgate.Limit{
+		{floodgate.TokenBucket(3, time.Second, 5)},
+		{floodgate.FixedWindow(4, time.Second)},
+		{floodgate.SlidingWindow(5, time.Second)},
+	}
+	var plainLims, cachedLims []*floodgate.Limiter
+	for _, l := range limits {
+		plainLims, cachedLims = append(plainLims, limiter(t, plain, l...)), append(cachedLims, limiter(t, cached, l...))
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(11, 7))
+	hits := 0
+	for step := range 800 {
+		clock.Advance(time.Duration(rng.IntN(40)) * time.Millisecond)
+		all := rng.IntN(3) == 0
+		var want, got []floodgate.Request
+		for range 1 + rng.IntN(3) {
+			l := rng.IntN(len(limits))
+			r := floodgate.Request{Key: fmt.Sprintf("k%d", rng.IntN(2)), N: int64(1 + rng.IntN(3)), Force: rng.IntN(8) == 0}
+			r.Limiter = plainLims[l]
+			want = append(want, r)
+			r.Limiter = cachedLims[l]
+			got = append(got, r)
+		}
+		if err := floodgate.AllowGroup(ctx, want, all); err != nil {
+			t.Fatal(err)
+		}
+		if err := floodgate.AllowGroup(ctx, got, all); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			g, w := got[i].Result, want[i].Result
+			if g.Source == floodgate.SourceCache {
+				hits++
+				if all {
+					t.Fatalf("step %d: request %d of an all-or-nothing group answered from the cache", step, i)
+				}
+			}
+			if g.Allowed != w.Allowed || g.RetryAfter != w.RetryAfter || g.Index != w.Index {
+				t.Fatalf("step %d (all %v), request %d (%s, n=%d): cached %+v, Redis %+v", step, all, i, got[i].Key, got[i].N, g, w)
+			}
+		}
+	}
+	if hits == 0 {
+		t.Error("the cache answered nothing")
+	}
+	t.Logf("%d requests answered from the cache", hits)
+}
+
 // newStore returns a Store on client that is closed when t ends.
 func newStore(t testing.TB, client redis.UniversalClient, opts *redisstore.Options) *redisstore.Store {
 	st := redisstore.New(client, opts)
