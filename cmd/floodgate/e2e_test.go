@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -582,6 +583,73 @@ func TestReadiness(t *testing.T) {
 	waitFor(t, "readyz once Redis answers", func() bool { code, _ := in.get(t, "/readyz"); return code == 200 })
 	srv.Kill()
 	waitFor(t, "readyz without traffic after Redis died", func() bool { code, _ := in.get(t, "/readyz"); return code == 503 })
+}
+
+// --denial-cache: once Redis denies a request, the same request is denied
+// without a script call until its retry-after, floodgate's rules (/v1/check
+// says "source": "cache") and Envoy's descriptors alike.
+func TestDenialCacheServe(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token-bucket, burst: 2}\n")
+	writeFile(t, filepath.Join(dir, "rules.yaml"), "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 1\n    period: 1h\n    burst: 1\n")
+	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--denial-cache")
+	rc := srv.Client(t)
+	ctx := context.Background()
+	scriptCalls := func() int64 {
+		info := rc.Info(ctx, "commandstats").Val()
+		var total int64
+		for _, line := range strings.Split(info, "\r\n") {
+			for _, cmd := range []string{"cmdstat_fcall:", "cmdstat_evalsha:"} {
+				if rest, ok := strings.CutPrefix(line, cmd); ok {
+					calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+					n, _ := strconv.ParseInt(calls, 10, 64)
+					total += n
+				}
+			}
+		}
+		return total
+	}
+
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}}}
+	var codes []rlsv3.RateLimitResponse_Code
+	for range 3 {
+		resp, err := c.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes = append(codes, resp.OverallCode)
+	}
+	if fmt.Sprint(codes) != "[OK OK OVER_LIMIT]" {
+		t.Fatalf("Envoy answers %v, want OK OK OVER_LIMIT", codes)
+	}
+	before := scriptCalls()
+	for range 5 {
+		resp, err := c.ShouldRateLimit(ctx, req)
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].GetLimitRemaining() != 0 {
+			t.Fatalf("Envoy answer after the denial: %v, %v", resp, err)
+		}
+	}
+	if after := scriptCalls(); after != before {
+		t.Errorf("5 Envoy requests after the denial made %d script calls, want 0", after-before)
+	}
+
+	var sources []any
+	for range 4 {
+		_, body := in.post(t, "/v1/check", `{"rule":"api","key":"bob"}`)
+		sources = append(sources, body["source"])
+	}
+	// One an hour: the first is admitted, the second denied by Redis, and
+	// the others by the cache.
+	if fmt.Sprint(sources) != "[store store cache cache]" {
+		t.Errorf("/v1/check sources %v, want store, store, then cache", sources)
+	}
 }
 
 func TestAgainstRedis(t *testing.T) {

@@ -25,6 +25,8 @@ type storeFlags struct {
 	budget    time.Duration
 	maxKeys   int64
 	maxBytes  string
+	// denialCache is the Redis store's DenialCache.
+	denialCache bool
 }
 
 func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
@@ -34,6 +36,7 @@ func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
 	fs.StringVar(&s.policy, "fallback", e.str("FLOODGATE_FALLBACK", "local"), "what to answer while Redis fails: local, fail-open or fail-closed ($FLOODGATE_FALLBACK)")
 	fs.Int64Var(&s.instances, "instances", e.int("FLOODGATE_INSTANCES", 1), "how many floodgate instances share Redis; each one's local fallback gets 1/instances of each limit ($FLOODGATE_INSTANCES)")
 	fs.DurationVar(&s.budget, "budget", e.duration("FLOODGATE_BUDGET", 50*time.Millisecond), "longest wait for Redis per decision before the fallback answers ($FLOODGATE_BUDGET)")
+	fs.BoolVar(&s.denialCache, "denial-cache", e.bool("FLOODGATE_DENIAL_CACHE", false), "with Redis, answer a request that Redis denied a moment ago (same key, limits and cost) locally until its retry-after, exactly as Redis would, floodgate's and Envoy's requests alike ($FLOODGATE_DENIAL_CACHE)")
 	fs.Int64Var(&s.maxKeys, "memory-max-keys", e.int("FLOODGATE_MEMORY_MAX_KEYS", 1<<20), "most keys the embedded store (or the local fallback) holds ($FLOODGATE_MEMORY_MAX_KEYS)")
 	fs.StringVar(&s.maxBytes, "memory-max-bytes", e.str("FLOODGATE_MEMORY_MAX_BYTES", "192MiB"), "most memory the embedded store's (or the local fallback's) keys take: bytes, or with KiB, MiB or GiB ($FLOODGATE_MEMORY_MAX_BYTES)")
 }
@@ -129,7 +132,7 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	if client == nil {
 		return &opened{store: mem, memory: mem, desc: "embedded in-memory store", close: func() { mem.Close() }}, nil
 	}
-	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix})
+	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix, DenialCache: f.denialCache})
 	// The health checks keep readiness honest with no traffic: a Redis
 	// that dies is seen within one interval.
 	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch,
@@ -138,7 +141,11 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 		o.Local = mem
 	}
 	fb := fallback.New(rs, o)
-	desc += fmt.Sprintf(" (fallback %s, %d instances, budget %s)", policy, f.instances, f.budget)
+	desc += fmt.Sprintf(" (fallback %s, %d instances, budget %s", policy, f.instances, f.budget)
+	if f.denialCache {
+		desc += ", denial cache"
+	}
+	desc += ")"
 	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, close: func() {
 		fb.Close()
 		rs.Close()
