@@ -8,7 +8,8 @@
 //
 // Cells: 1 and 64 concurrent callers (gRPC streams on one connection, as
 // Envoy multiplexes them), one and three descriptors per request, over
-// 10,000 client addresses. Each cell runs the two services in turn, runs
+// 10,000 client addresses, every call with Envoy's default deadline of
+// 20ms (see envoyTimeout). Each cell runs the two services in turn, runs
 // times, and reports medians: decisions per second, p50 and p99 latency,
 // the CPU time the service's process and redis-server spent per request
 // (from /proc: the load generator shares the machine's cores, so this is
@@ -38,7 +39,9 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/bench/internal/procs"
 	"github.com/floodgate/floodgate/internal/peertest"
@@ -102,7 +105,7 @@ func main() {
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; %d runs of %s per cell, medians\n\n",
 		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *runs, *duration)
-	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | load generator CPU per request | over the limit | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | load generator CPU per request | over the limit | past the 20ms deadline (all runs) | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []struct {
 		name, addr string
 		pid        int
@@ -131,9 +134,13 @@ func main() {
 				if i == 1 {
 					ratio = fmt.Sprintf("%.2f×", med[1].rate/med[0].rate)
 				}
-				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %s | %s | %s | %.1f%% | %s |\n", callers, descs, tg.name, med[i].rate,
+				timedOut := 0
+				for _, r := range results[i] {
+					timedOut += r.timedOut
+				}
+				fmt.Printf("| %d | %d | %s | %.0f | %s | %s | %s | %s | %s | %.1f%% | %d | %s |\n", callers, descs, tg.name, med[i].rate,
 					med[i].p50.Round(time.Microsecond), med[i].p99.Round(time.Microsecond), med[i].cpu.Round(100*time.Nanosecond),
-					med[i].redisCPU.Round(100*time.Nanosecond), med[i].genCPU.Round(100*time.Nanosecond), 100*med[i].over, ratio)
+					med[i].redisCPU.Round(100*time.Nanosecond), med[i].genCPU.Round(100*time.Nanosecond), 100*med[i].over, timedOut, ratio)
 			}
 		}
 	}
@@ -225,7 +232,15 @@ type result struct {
 	cpu, redisCPU time.Duration // per request
 	genCPU        time.Duration // this program's, per request
 	over          float64       // fraction of answers over the limit
+	timedOut      int           // calls past envoyTimeout
 }
+
+// envoyTimeout is the deadline of every call, as Envoy sends it: its rate
+// limit filter's timeout (20ms by default) goes out as grpc-timeout, and
+// each service's gRPC server then bounds the call with it. A call that
+// runs out is counted (Envoy would let its request through, by default),
+// not failed.
+const envoyTimeout = 20 * time.Millisecond
 
 // run sends requests of descs descriptors from callers goroutines to the
 // service at addr for d, each caller one request at a time.
@@ -236,7 +251,7 @@ func run(addr string, callers, descs int, d time.Duration) result {
 	c := rls.NewRateLimitServiceClient(conn)
 	var mu sync.Mutex
 	var lat []time.Duration
-	var over, errs int
+	var over, errs, timedOut int
 	deadline := time.Now().Add(d)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -246,13 +261,17 @@ func run(addr string, callers, descs int, d time.Duration) result {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
 			var mine []time.Duration
-			myOver, myErrs := 0, 0
+			myOver, myErrs, myTimedOut := 0, 0, 0
 			for time.Now().Before(deadline) {
 				req := request(rng, descs)
 				t0 := time.Now()
-				resp, err := c.ShouldRateLimit(context.Background(), req)
+				ctx, cancel := context.WithTimeout(context.Background(), envoyTimeout)
+				resp, err := c.ShouldRateLimit(ctx, req)
+				cancel()
 				mine = append(mine, time.Since(t0))
 				switch {
+				case status.Code(err) == codes.DeadlineExceeded:
+					myTimedOut++
 				case err != nil:
 					myErrs++
 				case resp.OverallCode == rls.RateLimitResponse_OVER_LIMIT:
@@ -263,6 +282,7 @@ func run(addr string, callers, descs int, d time.Duration) result {
 			lat = append(lat, mine...)
 			over += myOver
 			errs += myErrs
+			timedOut += myTimedOut
 			mu.Unlock()
 		}()
 	}
@@ -276,7 +296,8 @@ func run(addr string, callers, descs int, d time.Duration) result {
 		n:    len(lat),
 		rate: float64(len(lat)) / elapsed.Seconds(),
 		p50:  lat[len(lat)/2], p99: lat[len(lat)*99/100],
-		over: float64(over) / float64(len(lat)),
+		over:     float64(over) / float64(len(lat)),
+		timedOut: timedOut,
 	}
 }
 
