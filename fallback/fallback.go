@@ -172,6 +172,8 @@ const settleWorkers = 16
 // Store is a floodgate.Store that calls a primary store and follows a
 // failure policy when it fails. It is safe for concurrent use.
 type Store struct {
+	// groups holds *groupScratch, reused by TakeGroup.
+	groups    sync.Pool
 	primary   floodgate.Store
 	local     floodgate.Store
 	ownLocal  bool

@@ -73,6 +73,26 @@ func (s *Service) envoyLimit(l *config.EnvoyLimit) floodgate.Limit {
 	return l.Limit
 }
 
+// envoyScratch is the per-descriptor state of one request: its checks,
+// and which are unlimited. ShouldRateLimit takes one from Service.scratch
+// and puts it back when it returns, as the answer holds nothing of it.
+type envoyScratch struct {
+	checks    []envoyCheck
+	unlimited []bool
+}
+
+// getScratch returns a request's scratch for n descriptors, zeroed.
+func (s *Service) getScratch(n int) *envoyScratch {
+	sc, _ := s.scratch.Get().(*envoyScratch)
+	if sc == nil || cap(sc.checks) < n {
+		return &envoyScratch{checks: make([]envoyCheck, n), unlimited: make([]bool, n)}
+	}
+	clear(sc.checks[:cap(sc.checks)]) // what a larger request left too
+	clear(sc.unlimited[:cap(sc.unlimited)])
+	sc.checks, sc.unlimited = sc.checks[:n], sc.unlimited[:n]
+	return sc
+}
+
 // envoyCheck is one descriptor of a request on its way to a decision.
 type envoyCheck struct {
 	limit  *config.EnvoyLimit
@@ -102,8 +122,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	}
 	rs := s.rules.Load()
 	dom := rs.domains[req.Domain]
-	checks := make([]envoyCheck, len(req.Descriptors))
-	unlimited := make([]bool, len(req.Descriptors))
+	sc := s.getScratch(len(req.Descriptors))
+	defer s.scratch.Put(sc)
+	checks, unlimited := sc.checks, sc.unlimited
 	var replaced map[string]bool
 	for i, d := range req.Descriptors {
 		c := &checks[i]

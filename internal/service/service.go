@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,8 @@ type Service struct {
 	// envoyOutcome caches decisions' counters of Envoy's allowed (0) and
 	// denied (1) answers, found on first use: finding one joins its labels.
 	envoyOutcome [2]atomic.Pointer[atomic.Uint64]
+	// scratch holds *envoyScratch: a request's checks, reused.
+	scratch sync.Pool
 }
 
 // ruleset is a configuration with its rules prepared on the store once,
