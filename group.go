@@ -61,10 +61,18 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 	for i := range reqs[1:] {
 		ok = ok && reqs[i+1].Limiter.store == store
 	}
-	// Exactly as long as reqs: the store's TakeGroup, an interface
-	// method, makes it escape, and a larger buffer would be allocated in
-	// full at every call.
-	group := make([]core.Request, len(reqs))
+	// The store's TakeGroup, an interface method, makes the requests
+	// escape: they come from the first Limiter's pool, and go back to it,
+	// since a Grouper keeps nothing of them once it returns.
+	pool := &reqs[0].Limiter.groups
+	gp, _ := pool.Get().(*[]core.Request)
+	if gp == nil || cap(*gp) < len(reqs) {
+		gp = new([]core.Request)
+		*gp = make([]core.Request, len(reqs))
+	}
+	defer pool.Put(gp)
+	clear((*gp)[:cap(*gp)]) // what a larger group left too
+	group := (*gp)[:len(reqs)]
 	for i := range reqs {
 		r := &reqs[i]
 		group[i] = core.Request{Policy: r.Limiter.policy, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory}

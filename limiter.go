@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/floodgate/floodgate/core"
 )
@@ -22,6 +23,9 @@ type Limiter struct {
 	store  Store      // closed by Close when owned
 	owned  bool
 	clock  Clock
+	// groups holds *[]core.Request: AllowGroup's requests to the store,
+	// for groups whose first request is this Limiter's.
+	groups sync.Pool
 }
 
 // Options configures a Limiter. The zero value (or nil) gives the

@@ -46,7 +46,8 @@ type Grouper interface {
 	//
 	// Its errors are Take's, for the first request that has one; on an
 	// error no Decision is to be used, and nothing is charged unless the
-	// store failed part way.
+	// store failed part way. It keeps nothing of reqs once it returns, even
+	// when ctx ends first: callers reuse them.
 	TakeGroup(ctx context.Context, reqs []Request, all bool) error
 }
 
