@@ -70,15 +70,6 @@ func library() (code, name string) {
 	return code, name
 }
 
-// pipelineMax is the largest batch of lone bucket decisions that goes out
-// as a pipeline of fast-path function calls, one per decision, rather than
-// as one call of bucketBatch: for a few decisions the two cost about the
-// same (within the noise at 8 goroutines on 10,000 keys, measured with
-// pipelineMax 1 against 4; 0-12% in the pipeline's favour earlier). Each
-// function call is atomic and they run in order, so the results are those
-// of one call after the other.
-const pipelineMax = 4
-
 // allFast reports whether the fast path decides every call: each is one
 // request on its Policy's lone bucket or fixed window (fast), on a key
 // with no override of another kind that this process knows of, or a group
@@ -159,29 +150,6 @@ func (f *foreignKeys) settle(c *call) {
 	delete(f.m, c.keys[0])
 	f.n.Store(int32(len(f.m)))
 	f.mu.Unlock()
-}
-
-// sendPipelined decides lone bucket decisions with one fast-path function
-// call each, in one pipeline. The library is known to be loaded; a call
-// that finds it gone (FUNCTION FLUSH, a failover) was not run, and is sent
-// again on its own, which loads it.
-func (s *Store) sendPipelined(ctx context.Context, calls []*call) {
-	s.counted(len(calls), len(calls))
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		cmds[i] = pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.boxed(c.now, c.n, c.op))
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, c := range calls {
-		if functionMissing(cmds[i].Err()) {
-			s.fnReady.Store(false)
-			c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op)))
-		} else {
-			c.out, c.err = s.bucketResult(c, cmds[i])
-		}
-	}
-	s.handOn(ctx, calls)
 }
 
 // sendBucket decides one request on one bucket limit or fixed window with
@@ -487,7 +455,6 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys [
 	err := cmd.Err()
 	switch {
 	case err == nil:
-		s.fnReady.Store(true)
 		return cmd
 	case functionMissing(err):
 		// Still not found after loading: this call uses a script.

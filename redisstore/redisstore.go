@@ -146,11 +146,7 @@ type Store struct {
 	// noFunctions is set when functions are disabled, missing or refused:
 	// the fast path then runs with EVALSHA.
 	noFunctions atomic.Bool
-	// fnReady is set once a function call has succeeded, and cleared when
-	// one finds the library gone: small batches then go out as pipelines
-	// of function calls.
-	fnReady atomic.Bool
-	closed  atomic.Bool
+	closed      atomic.Bool
 	// calClock places calendar windows when the time is Redis's: the
 	// client works out the window that contains its now.
 	calClock floodgate.Clock

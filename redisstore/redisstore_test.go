@@ -685,9 +685,8 @@ func TestFunctions(t *testing.T) {
 }
 
 // TestFunctionFlushUnderLoad flushes the function library again and again
-// while 16 goroutines decide on 8 keys, so that single calls and pipelined
-// small batches find it gone: no decision fails, and every key admits
-// exactly its burst.
+// while 16 goroutines decide on 8 keys, so that single calls and batches
+// find it gone: no decision fails, and every key admits exactly its burst.
 func TestFunctionFlushUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)

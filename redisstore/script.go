@@ -68,20 +68,17 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 // when they are all lone bucket decisions, through the fast path.
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 	if fast, groups := s.allFast(calls); fast && !s.noFastPath {
-		switch {
-		case groups:
-			s.sendBuckets(ctx, calls)
-			return
-		case len(calls) == 1:
+		// A batch of two or more goes out as one call of bucketBatch
+		// rather than as a pipeline of one call each: at 8 goroutines,
+		// where batches carry about two decisions, that made 3-20% more
+		// decisions on 10,000 keys and 3-7% more on one, with less CPU
+		// per decision on both sides, in three alternating pairs each.
+		if len(calls) == 1 && !groups {
 			s.sendBucket(ctx, calls[0])
-			return
-		case len(calls) <= pipelineMax && s.fnReady.Load():
-			s.sendPipelined(ctx, calls)
-			return
-		default:
+		} else {
 			s.sendBuckets(ctx, calls)
-			return
 		}
+		return
 	}
 	s.sendDecide(ctx, calls)
 }
