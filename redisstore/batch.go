@@ -66,9 +66,9 @@ const (
 // caller's goroutine, so one goroutine never waits for a batch, nor for a
 // worker to wake; calls that arrive while there is no room queue, and the
 // next free worker sends everything queued in one script call. There is
-// room while fewer than maxInflight script calls (or pipelines) are in
-// flight, and fewer than half as many while the script calls that go out
-// carry smallBatch calls or more (see room). On a Cluster, where only
+// room while fewer than maxInflight script calls are in flight, and fewer
+// than half as many while the script calls that go out carry smallBatch
+// calls or more (see room). On a Cluster, where only
 // calls for one slot can share a script call, each slot queues on its own
 // instead (see doSlot).
 type batcher struct {
