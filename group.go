@@ -65,14 +65,9 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 	// escape: they come from the first Limiter's pool, and go back to it,
 	// since a Grouper keeps nothing of them once it returns.
 	pool := &reqs[0].Limiter.groups
-	gp, _ := pool.Get().(*[]core.Request)
-	if gp == nil || cap(*gp) < len(reqs) {
-		gp = new([]core.Request)
-		*gp = make([]core.Request, len(reqs))
-	}
+	gp := pool.Get(len(reqs))
 	defer pool.Put(gp)
-	clear((*gp)[:cap(*gp)]) // what a larger group left too
-	group := (*gp)[:len(reqs)]
+	group := *gp
 	for i := range reqs {
 		r := &reqs[i]
 		group[i] = core.Request{Policy: r.Limiter.policy, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory}

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/scratch"
 )
 
 // Limiter applies a fixed set of limits to keys, over a Store.
@@ -23,9 +23,9 @@ type Limiter struct {
 	store  Store      // closed by Close when owned
 	owned  bool
 	clock  Clock
-	// groups holds *[]core.Request: AllowGroup's requests to the store,
-	// for groups whose first request is this Limiter's.
-	groups sync.Pool
+	// groups holds AllowGroup's requests to the store, for groups whose
+	// first request is this Limiter's.
+	groups scratch.Pool[core.Request]
 }
 
 // Options configures a Limiter. The zero value (or nil) gives the

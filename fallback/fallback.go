@@ -40,6 +40,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/scratch"
 )
 
 // Policy is what a Store answers while its primary store is failing.
@@ -172,8 +173,11 @@ const settleWorkers = 16
 // Store is a floodgate.Store that calls a primary store and follows a
 // failure policy when it fails. It is safe for concurrent use.
 type Store struct {
-	// groups holds *groupScratch, reused by TakeGroup.
-	groups    sync.Pool
+	// TakeGroup's per-request policies and requests to the primary (or
+	// the local store), reused: neither store keeps the requests it is
+	// given once its TakeGroup returns.
+	groupPols scratch.Pool[*policy]
+	groupReqs scratch.Pool[core.Request]
 	primary   floodgate.Store
 	local     floodgate.Store
 	ownLocal  bool

@@ -30,9 +30,9 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	if len(reqs) == 0 {
 		return nil
 	}
-	gs := s.groupScratch(len(reqs))
-	defer s.groups.Put(gs)
-	pols := gs.pols
+	pp := s.groupPols.Get(len(reqs))
+	defer s.groupPols.Put(pp)
+	pols := *pp
 	b := s.breaker(reqs[0].Key)
 	one := true
 	for i := range reqs {
@@ -47,7 +47,9 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	if !ok || !one {
 		return core.TakeEach(ctx, reqs, all)
 	}
-	sub := gs.sub
+	sp := s.groupReqs.Get(len(reqs))
+	defer s.groupReqs.Put(sp)
+	sub := *sp
 	for i, r := range reqs {
 		sub[i] = core.Request{Policy: pols[i].primary, Key: r.Key, N: r.N, Force: r.Force, Advisory: r.Advisory}
 	}
@@ -101,25 +103,4 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 	}
 	return nil
-}
-
-// groupScratch is what TakeGroup needs for a group besides the requests:
-// each one's policy, and the requests as the primary or the local store
-// gets them. Neither store keeps the requests it is given once its
-// TakeGroup returns, so TakeGroup puts its scratch back for the next.
-type groupScratch struct {
-	pols []*policy
-	sub  []core.Request
-}
-
-// groupScratch returns a scratch for a group of n requests, cleared.
-func (s *Store) groupScratch(n int) *groupScratch {
-	gs, _ := s.groups.Get().(*groupScratch)
-	if gs == nil || cap(gs.sub) < n {
-		return &groupScratch{pols: make([]*policy, n), sub: make([]core.Request, n)}
-	}
-	clear(gs.pols[:cap(gs.pols)]) // what a larger group left too
-	clear(gs.sub[:cap(gs.sub)])
-	gs.pols, gs.sub = gs.pols[:n], gs.sub[:n]
-	return gs
 }

@@ -166,6 +166,20 @@ func (d *denials) put(key string, p *policy, n int64, sent time.Time, dec core.D
 	sh.m[key] = &denial{p: p, n: n, sent: sent, until: sent.Add(core.Duration(dec.Retry)), d: dec}
 }
 
+// settle tells the cache what Redis decided, dec, of a request of cost n
+// sent at sent on key under p with op o: a take's denial is cached when
+// keep says the caller may, and anything else drops the key's denial,
+// since its state may have moved. A peek (n 0) changes nothing.
+func (d *denials) settle(key string, p *policy, n int64, o op, sent time.Time, dec core.Decision, keep bool) {
+	switch {
+	case n == 0:
+	case keep && o == opTake && !dec.Allowed:
+		d.put(key, p, n, sent, dec)
+	default:
+		d.forget(key)
+	}
+}
+
 // forget drops key's denial: it was reset, refunded or overridden.
 func (d *denials) forget(key string) {
 	sh := d.shard(key)

@@ -474,12 +474,8 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 		// Other processes' denial caches drop the key (lifts.go).
 		s.lift(ctx, strings.TrimSuffix(c.keys[0], p.suffixes[0]), true)
 	}
-	if s.denials != nil && n > 0 {
-		if d.Allowed || o != opTake {
-			s.denials.forget(key) // the state moved: a cached retry would be stale
-		} else {
-			s.denials.put(key, p, n, sent, d)
-		}
+	if s.denials != nil {
+		s.denials.settle(key, p, n, o, sent, d, true)
 	}
 	return d, nil
 }
@@ -546,7 +542,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	// others, whose answers then need their states from Redis.)
 	var sent time.Time
 	cached := s.denials != nil && !all
-	if s.denials != nil {
+	if cached {
 		sent = s.denials.now()
 	}
 	// members are the requests sent to Redis; which[j] is members[j]'s
@@ -627,17 +623,12 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		if m.out != nil {
 			reqs[i].Decision = m.decision()
 		}
-		if s.denials == nil || m.n == 0 {
-			continue
-		}
-		if d := &reqs[i].Decision; cached && err == nil && m.out != nil && !d.Allowed && m.op == opTake {
-			// Cached as a lone denial is, in a group whose charges all
-			// stay: one that is undone (all or nothing, or a failed part
-			// on a Cluster) may have been denied for a charge before it
-			// on its key that is given back.
-			s.denials.put(reqs[i].Key, m.p, m.n, sent, *d)
-		} else {
-			s.denials.forget(reqs[i].Key) // its state may have moved
+		if s.denials != nil {
+			// A denial is cached as a lone one is, in a group whose
+			// charges all stay: one that is undone (all or nothing, or a
+			// failed part on a Cluster) may have been denied for a charge
+			// before it on its key that is given back.
+			s.denials.settle(reqs[i].Key, m.p, m.n, m.op, sent, reqs[i].Decision, cached && err == nil && m.out != nil)
 		}
 	}
 	if len(calls) > 1 && (err != nil || (all && core.Undo(reqs))) {

@@ -73,26 +73,6 @@ func (s *Service) envoyLimit(l *config.EnvoyLimit) floodgate.Limit {
 	return l.Limit
 }
 
-// envoyScratch is the per-descriptor state of one request: its checks,
-// and which are unlimited. ShouldRateLimit takes one from Service.scratch
-// and puts it back when it returns, as the answer holds nothing of it.
-type envoyScratch struct {
-	checks    []envoyCheck
-	unlimited []bool
-}
-
-// getScratch returns a request's scratch for n descriptors, zeroed.
-func (s *Service) getScratch(n int) *envoyScratch {
-	sc, _ := s.scratch.Get().(*envoyScratch)
-	if sc == nil || cap(sc.checks) < n {
-		return &envoyScratch{checks: make([]envoyCheck, n), unlimited: make([]bool, n)}
-	}
-	clear(sc.checks[:cap(sc.checks)]) // what a larger request left too
-	clear(sc.unlimited[:cap(sc.unlimited)])
-	sc.checks, sc.unlimited = sc.checks[:n], sc.unlimited[:n]
-	return sc
-}
-
 // envoyCheck is one descriptor of a request on its way to a decision.
 type envoyCheck struct {
 	limit  *config.EnvoyLimit
@@ -102,9 +82,12 @@ type envoyCheck struct {
 	hits   int64
 	shadow bool
 	quota  bool // quota_mode: over the limit is reported, not enforced
-	res    floodgate.Result
-	over   bool
-	before int64 // the counting window's count before the hits
+	// unlimited: the descriptor's rule is unlimited (LimitRemaining is
+	// then the largest uint32, and no limit applies).
+	unlimited bool
+	res       floodgate.Result
+	over      bool
+	before    int64 // the counting window's count before the hits
 }
 
 // ShouldRateLimit is RLS v3's RateLimitService.ShouldRateLimit. It decides
@@ -122,9 +105,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	}
 	rs := s.rules.Load()
 	dom := rs.domains[req.Domain]
-	sc := s.getScratch(len(req.Descriptors))
-	defer s.scratch.Put(sc)
-	checks, unlimited := sc.checks, sc.unlimited
+	cp := s.checks.Get(len(req.Descriptors))
+	defer s.checks.Put(cp)
+	checks := *cp
 	var replaced map[string]bool
 	for i, d := range req.Descriptors {
 		c := &checks[i]
@@ -147,7 +130,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 			continue
 		}
 		if m.Limit.Unlimited {
-			unlimited[i] = true
+			c.unlimited = true
 		}
 		for _, r := range m.Limit.Replaces {
 			if replaced == nil {
@@ -161,7 +144,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	}
 	for i := range checks {
 		c := &checks[i]
-		if c.limit != nil && (unlimited[i] || (c.limit.Name != "" && replaced[c.limit.Name])) {
+		if c.limit != nil && (c.unlimited || (c.limit.Name != "" && replaced[c.limit.Name])) {
 			c.limit = nil
 		}
 		if c.limit != nil && c.lim == nil { // requests_per_unit: 0
@@ -171,7 +154,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if err := s.decideEnvoy(ctx, checks); err != nil {
 		return nil, err
 	}
-	return s.envoyResponse(checks, unlimited), nil
+	return s.envoyResponse(checks), nil
 }
 
 // decideEnvoy decides every check of a request in one group
@@ -260,7 +243,7 @@ func decided(c *envoyCheck, r *floodgate.Request) {
 
 // envoyResponse builds the answer: a status per descriptor and the overall
 // code, with the RateLimit headers when they are enabled.
-func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.RateLimitResponse {
+func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
 	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(checks))}
 	// The statuses' messages, allocated together rather than one by one.
 	parts := make([]statusParts, len(checks))
@@ -272,7 +255,7 @@ func (s *Service) envoyResponse(checks []envoyCheck, unlimited []bool) *rls.Rate
 		st := &parts[i].status
 		st.Code = rls.RateLimitResponse_OK
 		resp.Statuses[i] = st
-		if unlimited[i] {
+		if c.unlimited {
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}

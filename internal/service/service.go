@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/metrics"
+	"github.com/floodgate/floodgate/internal/scratch"
 )
 
 // The service's own errors; both are the caller's fault.
@@ -70,8 +70,9 @@ type Service struct {
 	// envoyOutcome caches decisions' counters of Envoy's allowed (0) and
 	// denied (1) answers, found on first use: finding one joins its labels.
 	envoyOutcome [2]atomic.Pointer[atomic.Uint64]
-	// scratch holds *envoyScratch: a request's checks, reused.
-	scratch sync.Pool
+	// checks are Envoy requests' checks, reused: the answer holds nothing
+	// of them.
+	checks scratch.Pool[envoyCheck]
 }
 
 // ruleset is a configuration with its rules prepared on the store once,
