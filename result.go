@@ -22,6 +22,15 @@ type Result struct {
 	// Allowed reports whether the request passed and was charged. A peek
 	// (cost 0) is always allowed and charges nothing.
 	Allowed bool
+	// Overridden reports that the key has an override (see
+	// Limiter.SetOverride): Index and Name then refer to the override's
+	// limits, not to the Limiter's.
+	Overridden bool
+	// Source says who decided: the store itself (the zero value), or,
+	// when a fallback store (package fallback) could not reach its
+	// primary store, the local limiter or the fail-open or fail-closed
+	// policy, or the Redis store's denial cache.
+	Source Source
 	// Quota is the Quota of the limit described: the most it admits at
 	// once.
 	Quota int64
@@ -42,15 +51,6 @@ type Result struct {
 	Index int
 	// Name is that limit's Name, "" when it has none.
 	Name string
-	// Overridden reports that the key has an override (see
-	// Limiter.SetOverride): Index and Name then refer to the override's
-	// limits, not to the Limiter's.
-	Overridden bool
-	// Source says who decided: the store itself (the zero value), or,
-	// when a fallback store (package fallback) could not reach its
-	// primary store, the local limiter or the fail-open or fail-closed
-	// policy, or the Redis store's denial cache.
-	Source Source
 }
 
 // Source says which part of a store stack decided a Result.
