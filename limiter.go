@@ -115,14 +115,15 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // and charges them all if it does. n = 0 peeks: the Result reports the
 // key's state and nothing changes. A cost larger than a limit's Quota is
 // denied with RetryAfter Never.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (r Result, err error) {
 	if l.mem != nil {
-		v, i, err := l.mem.decide(ctx, key, n, opTake)
-		if err == nil {
-			return verdictResult(&l.specs[i], &v, i), nil
+		v, i, derr := l.mem.decide(ctx, key, n, opTake)
+		if derr == nil {
+			fillVerdict(&r, &l.specs[i], &v, i) // in place (see fillVerdict)
+			return r, nil
 		}
-		if err != errOverridden {
-			return Result{}, err
+		if derr != errOverridden {
+			return Result{}, derr
 		}
 		d := l.mem.takeOverridden(key, n, opTake)
 		return result(l.specs, &d), nil

@@ -87,22 +87,26 @@ func (s Source) String() string { return core.Source(s).String() }
 // result turns a decision against specs into a Result.
 func result(specs []core.Spec, d *core.Decision) (r Result) {
 	if d.Limits != nil {
-		r = verdictResult(&d.Limits[d.Index], &d.Verdict, d.Index)
+		fillVerdict(&r, &d.Limits[d.Index], &d.Verdict, d.Index)
 		r.Overridden = true
 	} else {
-		r = verdictResult(&specs[d.Index], &d.Verdict, d.Index)
+		fillVerdict(&r, &specs[d.Index], &d.Verdict, d.Index)
 	}
 	r.Source = Source(d.Source)
 	return r
 }
 
-// verdictResult turns the verdict of the limit sp, at index i, into a
-// Result: the memory store's hot path, without a Decision.
-func verdictResult(sp *core.Spec, v *core.Verdict, i int) (r Result) {
+// fillVerdict fills r, a zero Result, with the verdict of the limit sp, at
+// index i: the memory store's hot path, without a Decision. It fills r in
+// place, so that Limiter.AllowN writes its own result once rather than
+// building a Result and copying it. On one hot key of the memory store
+// that saved 3-5% of a decision serially (two sets of eight alternating
+// runs of bench's BenchmarkMemoryVsXTimeRate, medians 93 → 88 and 96 → 93
+// ns); on 10,000 keys and in parallel the sets disagreed, within noise.
+func fillVerdict(r *Result, sp *core.Spec, v *core.Verdict, i int) {
 	r.Allowed, r.Quota, r.Remaining, r.Index, r.Name = v.Allowed, sp.Quota, v.Remaining, i, sp.Name
 	r.ResetAfter = time.Duration(max(v.Reset, 0)) * time.Microsecond // below 2^53 µs: no overflow
 	if !v.Allowed {
 		r.RetryAfter = core.Duration(v.Retry)
 	}
-	return r
 }
