@@ -29,7 +29,7 @@ type Result struct {
 	// Source says who decided: the store itself (the zero value), or,
 	// when a fallback store (package fallback) could not reach its
 	// primary store, the local limiter or the fail-open or fail-closed
-	// policy, or the Redis store's denial cache.
+	// policy, or the Redis store's denial cache or a lease it holds.
 	Source Source
 	// Quota is the Quota of the limit described: the most it admits at
 	// once.
