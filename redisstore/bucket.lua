@@ -24,9 +24,12 @@ local RECORD_OVERRIDE = 1 -- a decision by the key's override, and the override
 local RECORD_ELSEWHERE = 2 -- the key's override alone: decide.lua decides it
 local RECORD_ERROR = 3 -- the decision's error message (in a batch)
 
--- WINDOW_ARG is the length of a fixed window's argument (windowArgLen in
--- fastpath.go); a bucket's is 80, and a group's mark is shorter.
-local WINDOW_ARG = 40
+-- A request's argument says by its length what it decides: 40 bytes
+-- (windowArgLen in fastpath.go) a fixed window, 80 a bucket, and one more
+-- byte than these a key that another request of the call names too (see
+-- bucketBatch); a group's mark is shorter than all of them. WINDOW_ARG is
+-- the shortest, BUCKET_ARG the shortest a bucket's.
+local WINDOW_ARG, BUCKET_ARG = 40, 80
 
 -- bucketExpiry says how a bucket's key charged at now (µs, the server's
 -- clock) stays until ttl ms from now, when its limit is full again, given
@@ -52,113 +55,149 @@ local function record(oraw, allowed, remaining, retry, reset)
 end
 
 -- elsewhere returns the record that hands a request to decide.lua: the
--- key's override alone.
-local function elsewhere(s)
-  return spack('>BI4', RECORD_ELSEWHERE, #s.oraw) .. s.oraw
+-- key's override alone, oraw.
+local function elsewhere(oraw)
+  return spack('>BI4', RECORD_ELSEWHERE, #oraw) .. oraw
 end
 
--- readOverride reads the override of the key whose state is key into
--- s.ov (parsed) and s.oraw (as stored), and returns nothing, or an error
--- reply.
-local function readOverride(key, s)
+-- readOverride reads the override of the key whose state is key, and
+-- returns it parsed and as stored (false, false for none), or nil, nil
+-- and an error reply.
+local function readOverride(key)
   local okey = sub(key, 1, -3) .. 'o'
   local oraw = rpcall('GET', okey)
-  if type(oraw) == 'table' and oraw.err then return wrongType(okey) end
-  if oraw then
-    s.ov, s.oraw = parseOverride(oraw, key), oraw
-    if not s.ov then return corrupt(okey) end
-  end
+  if type(oraw) == 'table' and oraw.err then return nil, nil, wrongType(okey) end
+  if not oraw then return false, false end
+  local ov = parseOverride(oraw, key)
+  if not ov then return nil, nil, corrupt(okey) end
+  return ov, oraw
 end
 
--- A call's state tables are reused by the calls after it: building a
--- table of a dozen fields was a twentieth of a bucket decision's
--- instructions in Redis (callgrind, batches of 16). In the library, whose
--- locals outlive a call, each kind keeps up to POOL_MAX tables; a call
--- takes them in order from the first (bucketOne and bucketBatch start it
--- over) and newBucket and newWindow set every field of each, so nothing of
--- an earlier call remains: the state's numbers to zero for a key that
--- holds none, and otherwise not at all, since the caller's parse sets
--- every one of them (or nil, when it fails, and the table is dropped).
--- (A script's chunk runs at every call, and starts with empty pools.)
+-- A key that one request of a call names is decided with its state in
+-- locals and written at once. A key that several name (which the client
+-- says, see bucketBatch) keeps its state in a table for the call, in seen:
+-- read once, and written once by bucketFlush, each decision seeing the
+-- ones before it, as decide.lua does. Those tables are reused by the
+-- calls after it: building a table of a dozen fields was a twentieth of a
+-- bucket decision's instructions in Redis (callgrind, batches of 16). In
+-- the library, whose locals outlive a call, each kind keeps up to
+-- POOL_MAX tables; a call takes them in order from the first (bucketBatch
+-- starts it over) and newBucket and newWindow set every field of each, so
+-- nothing of an earlier call remains. (A script's chunk runs at every
+-- call, and starts with empty pools.)
 local POOL_MAX = 256
 local bucketPool, windowPool, nBuckets, nWindows = {}, {}, 0, 0
 
--- newBucket returns a bucket's state as this call starts it, from raw,
--- what GET read of the key (false when it holds none), which the caller
--- then parses into it.
-local function newBucket(raw)
-  local found = raw and true
+-- newBucket returns a table that holds a bucket's state for the call: the
+-- key's override (parsed and as stored, or false), whether the key held a
+-- state, and the state (see parseBucket).
+local function newBucket(ov, oraw, found, tat, f, sr, last, skew, e)
   nBuckets = nBuckets + 1
   local s = bucketPool[nBuckets]
   if s then
-    s.ov, s.oraw, s.found, s.ttl, s.dirty = false, false, found, false, false
-    if not found then s.tat, s.f, s.sr, s.last, s.skew, s.e = 0, 0, 0, 0, 0, 0 end
+    s.ov, s.oraw, s.found, s.ttl, s.dirty = ov, oraw, found, false, false
+    s.tat, s.f, s.sr, s.last, s.skew, s.e = tat, f, sr, last, skew, e
     return s
   end
   -- Every field in the constructor, so that the table is sized once.
-  s = {ov = false, oraw = false, found = found, tat = 0, f = 0, sr = 0, last = 0, skew = 0, e = 0, ttl = false, dirty = false}
+  s = {ov = ov, oraw = oraw, found = found, tat = tat, f = f, sr = sr, last = last, skew = skew, e = e, ttl = false, dirty = false}
   if nBuckets <= POOL_MAX then bucketPool[nBuckets] = s end
   return s
 end
 
--- newWindow is newBucket for a fixed window's state.
-local function newWindow(raw)
-  local found = raw and true
+-- newWindow is newBucket for a fixed window's state (see parseFixed).
+local function newWindow(ov, oraw, found, start, stop, count, last, skew)
   nWindows = nWindows + 1
   local s = windowPool[nWindows]
   if s then
-    s.ov, s.oraw, s.found, s.ttl, s.dirty = false, false, found, false, false
-    if not found then s.start, s.stop, s.count, s.last, s.skew = 0, 0, 0, 0, 0 end
+    s.ov, s.oraw, s.found, s.ttl, s.dirty = ov, oraw, found, false, false
+    s.start, s.stop, s.count, s.last, s.skew = start, stop, count, last, skew
     return s
   end
-  s = {ov = false, oraw = false, found = found, start = 0, stop = 0, count = 0, last = 0, skew = 0, ttl = false, dirty = false, window = true}
+  s = {ov = ov, oraw = oraw, found = found, start = start, stop = stop, count = count, last = last, skew = skew, ttl = false, dirty = false, window = true}
   if nWindows <= POOL_MAX then windowPool[nWindows] = s end
   return s
 end
 
+-- readBucket reads the bucket's state at key, with the key's override
+-- when the state does not say it has none: it returns the override
+-- (parsed and as stored, or false), whether the key held a state, and the
+-- state (zeros for none); or nil and an error reply.
+local function readBucket(key)
+  local raw = rpcall('GET', key)
+  if not raw then
+    local ov, oraw, err = readOverride(key)
+    if err then return nil, err end
+    return ov, oraw, false, 0, 0, 0, 0, 0, 0
+  end
+  if type(raw) == 'table' then return nil, wrongType(key) end
+  local tat, f, sr, last, skew, e, bare = parseBucket(raw)
+  if not tat then return nil, corrupt(key) end
+  if bare then return false, false, true, tat, f, sr, last, skew, e end
+  local ov, oraw, err = readOverride(key)
+  if err then return nil, err end
+  return ov, oraw, true, tat, f, sr, last, skew, e
+end
+
+-- readWindow is readBucket for a fixed window's state.
+local function readWindow(key)
+  local raw = rpcall('GET', key)
+  if not raw then
+    local ov, oraw, err = readOverride(key)
+    if err then return nil, err end
+    return ov, oraw, false, 0, 0, 0, 0, 0
+  end
+  if type(raw) == 'table' then return nil, wrongType(key) end
+  local start, stop, count, last, skew, bare = parseFixed(raw)
+  if not start then return nil, corrupt(key) end
+  if bare then return false, false, true, start, stop, count, last, skew end
+  local ov, oraw, err = readOverride(key)
+  if err then return nil, err end
+  return ov, oraw, true, start, stop, count, last, skew
+end
+
 -- loadState returns the state of the bucket (kind 1) or fixed window
--- (kind 2) at key as this call has it (see seen, below), reading it at the
--- key's first decision of the call, with the key's override when the
--- state does not say it has none; or nil and an error reply.
+-- (kind 2) at key as this call has it in seen, reading it at the key's
+-- first decision of the call; or nil and an error reply.
 local function loadState(key, seen, kind)
   local s = seen[key]
   if s then return s end
-  local raw = rpcall('GET', key)
-  if type(raw) == 'table' and raw.err then return nil, wrongType(key) end
-  local bare = false
   if kind == 1 then
-    s = newBucket(raw)
-    if raw then
-      s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
-      if not s.tat then return nil, corrupt(key) end
-    end
+    local ov, oraw, found, tat, f, sr, last, skew, e = readBucket(key)
+    if ov == nil then return nil, oraw end
+    s = newBucket(ov, oraw, found, tat, f, sr, last, skew, e)
   else
-    s = newWindow(raw)
-    if raw then
-      s.start, s.stop, s.count, s.last, s.skew, bare = parseFixed(raw)
-      if not s.start then return nil, corrupt(key) end
-    end
-  end
-  if not bare then
-    -- The key may have an override (see parseBucket, parseFixed): look.
-    local err = readOverride(key, s)
-    if err then return nil, err end
+    local ov, oraw, found, start, stop, count, last, skew = readWindow(key)
+    if ov == nil then return nil, oraw end
+    s = newWindow(ov, oraw, found, start, stop, count, last, skew)
   end
   seen[key] = s
   return s
 end
 
--- liveOverride returns the override of the key whose state is s, false
--- for none (or an expired one) at now, and whether the fast path decides
--- with it: a lone limit of the kind (1 bucket, 2 fixed window; an
--- override's window is never a calendar one) is decided here, with its
--- parameters; other limits are decide.lua's, and the request's record
--- then holds the override alone, which tells the client to send the
--- request there.
-local function liveOverride(s, now, kind)
-  local ov = s.ov
+-- liveOverride returns a key's override ov, or false for none or an
+-- expired one at now, and whether the fast path decides with it: a lone
+-- limit of the kind (1 bucket, 2 fixed window; an override's window is
+-- never a calendar one) is decided here, with its parameters; other
+-- limits are decide.lua's, and the request's record then holds the
+-- override alone, which tells the client to send the request there.
+local function liveOverride(ov, now, kind)
   if not ov or (ov.expires and ov.expires <= now) then return false, true end
   return ov, #ov.specs == 1 and ov.specs[1].kind == kind
+end
+
+-- writeBucket writes a bucket's state to key, with the expiry px (ms), or
+-- keeping the key's own (false); bare says the key has no override.
+local function writeBucket(key, px, tat, f, sr, last, skew, e, bare)
+  local v = fmtBucket(tat, f, sr, last, skew, e, bare)
+  -- fmt: Redis would format a number argument with %.17g, which costs more.
+  if px then call('SET', key, v, 'PX', fmt(px)) else call('SET', key, v, 'KEEPTTL') end
+end
+
+-- writeWindow is writeBucket for a fixed window's state.
+local function writeWindow(key, px, start, stop, count, last, skew, bare)
+  local v = fmtFixed(start, stop, count, last, skew, bare)
+  if px then call('SET', key, v, 'PX', fmt(px)) else call('SET', key, v, 'KEEPTTL') end
 end
 
 -- The argument that decideBucketKey unpacked last, and its ten numbers:
@@ -168,58 +207,51 @@ end
 -- pointers instead of unpacking (a thirtieth of a decision's instructions
 -- in Redis). A script's chunk, run at every call, starts with none.
 local bArg, bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+local function unpackBucketArg(arg)
+  bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = sunpack('>dddddddddd', arg)
+  bArg = arg
+end
 
--- decideBucketKey decides one request on the bucket whose state is key.
+-- overrideBucket returns the parameters of a request of cost n on a key
+-- whose override ov is a lone bucket (see liveOverride): its quota, rate,
+-- period, tau and n*T (as decideBucketKey's argument has them).
+local function overrideBucket(ov, n)
+  local sp = ov.specs[1]
+  local L, R, P = sp.quota, sp.rate, sp.period
+  local iq, ir = sp.tq, sp.tr
+  if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
+  return L, R, P, sp.tauQ, sp.tauR, iq, ir
+end
+
+-- decideBucketKey decides one request on the bucket whose state is key,
+-- which other requests of the call name too: on the call's state of the
+-- key (see loadState), which it leaves for bucketFlush to write.
 -- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
 -- Redis far less to read than ten decimal strings: now in µs (or -1 for
 -- the server's TIME, which serverTime reads), the cost n (0 peeks),
 -- milliseconds added to the expiry, quota, rate, period (µs), then tau and
 -- n*T as quotient and remainder (tauQ, tauR, iq, ir), which the client
 -- computes exactly.
--- seen holds, for one call, each key's override and state as read and as
--- decided since (see bucketFlush, which writes them): a key decided
--- several times in a batch is read once and written once, as decide.lua
--- does, and each decision sees the ones before it.
 -- It returns the decision's record (see RECORD_DECISION), or an error
 -- reply.
 local function decideBucketKey(key, arg, serverTime, seen)
-  if arg ~= bArg then
-    bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = sunpack('>dddddddddd', arg)
-    bArg = arg
-  end
+  if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local onServer = now < 0
   if onServer then now = serverTime() end
 
   local s = seen[key]
   if not s then
-    -- loadState's, written out: this is every lone decision's path, where
-    -- a call costs.
-    local raw = rpcall('GET', key)
-    if type(raw) == 'table' and raw.err then return wrongType(key) end
-    s = newBucket(raw)
-    local bare = false
-    if raw then
-      s.tat, s.f, s.sr, s.last, s.skew, s.e, bare = parseBucket(raw)
-      if not s.tat then return corrupt(key) end
-    end
-    if not bare then
-      local err = readOverride(key, s)
-      if err then return err end
-    end
-    seen[key] = s
+    local err
+    s, err = loadState(key, seen, 1)
+    if not s then return err end
   end
 
   -- The key's override, if it has one (see liveOverride).
   local ov, here = s.ov, true
-  if ov then ov, here = liveOverride(s, now, 1) end
-  if not here then return elsewhere(s) end
-  if ov then
-    local sp = ov.specs[1]
-    L, R, P, tauQ, tauR = sp.quota, sp.rate, sp.period, sp.tauQ, sp.tauR
-    iq, ir = sp.tq, sp.tr
-    if n ~= 1 and n <= L then iq, ir = mulDiv(n, P, R) end
-  end
+  if ov then ov, here = liveOverride(ov, now, 1) end
+  if not here then return elsewhere(s.oraw) end
+  if ov then L, R, P, tauQ, tauR, iq, ir = overrideBucket(ov, n) end
 
   local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(s.tat, s.f, s.sr, s.last, s.skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
   if n == 0 then allowed, retry = true, 0 end
@@ -248,9 +280,68 @@ local function decideBucketKey(key, arg, serverTime, seen)
   return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
+-- decideBucketLone is decideBucketKey for a key that no other request of
+-- the call names, every lone decision's and most of a batch's over many
+-- keys: the same decision, on the key's state in locals, written at once.
+-- A table for the state, and the call's table of them, cost Redis about a
+-- tenth of such a decision's instructions (callgrind, batches of 20 over
+-- 500 keys); on a key that a batch names many times, reading and writing
+-- the key once costs less than they do.
+local function decideBucketLone(key, arg, serverTime)
+  if arg ~= bArg then unpackBucketArg(arg) end
+  local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
+  local onServer = now < 0
+  if onServer then now = serverTime() end
+
+  local ov, oraw, found, tat, f, sr, last, skew, e = readBucket(key)
+  if ov == nil then return oraw end
+  if ov then
+    local here
+    ov, here = liveOverride(ov, now, 1)
+    if not here then return elsewhere(oraw) end
+    if ov then L, R, P, tauQ, tauR, iq, ir = overrideBucket(ov, n) end
+  end
+
+  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
+  if n == 0 then allowed, retry = true, 0 end
+
+  if allowed and n > 0 then
+    local ttl = floor((reset + 999) / 1000) + extra
+    if ttl < 1 then ttl = 1 end
+    local px = ttl
+    if onServer then px, e = bucketExpiry(e, now, ttl) else e = 0 end
+    writeBucket(key, px, nt, nf, R, t, sk, e, not oraw)
+  elseif found and sk > skew then
+    writeBucket(key, false, tat, f, sr, last, sk, e, not oraw) -- the clock stepped back
+  end
+  if ov then return record(oraw, allowed, remaining, retry, reset) end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
+end
+
 -- The argument that decideWindowKey unpacked last, and its five numbers,
 -- as for a bucket (bArg).
 local wArg, wNow, wN, wExtra, wL, wP = false, 0, 0, 0, 0, 0
+local function unpackWindowArg(arg)
+  wNow, wN, wExtra, wL, wP = sunpack('>ddddd', arg)
+  wArg = arg
+end
+
+-- windowExpiry returns the expiry (ms) to set on a fixed window's key
+-- charged at now (µs) by a decision that returned reset and hold: the
+-- decision's ttl on the client's clock; on the server's (onServer) a
+-- slack beyond it, a quarter of it but at least a second, as a bucket's
+-- (see bucketExpiry), unless the key's window is the one it held (same
+-- is true) and its expiry, set when the window began, covers it: false.
+-- A client's next request, often in the next window, then finds a state
+-- that says whether the key has an override, where a missing key makes
+-- it look.
+local function windowExpiry(onServer, same, reset, hold, extra)
+  local ttl = floor((reset + hold + 999) / 1000) + extra
+  if ttl < 1 then ttl = 1 end
+  if not onServer then return ttl end
+  if same then return false end
+  return ttl + max(1000, floor(ttl / 4))
+end
 
 -- decideWindowKey decides one request on the fixed window whose state is
 -- key, as decideBucketKey does on a bucket. arg is five big-endian
@@ -258,10 +349,7 @@ local wArg, wNow, wN, wExtra, wL, wP = false, 0, 0, 0, 0, 0
 -- the cost n (0 peeks; -n charges n whatever the limit says, as core's
 -- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
 local function decideWindowKey(key, arg, serverTime, seen)
-  if arg ~= wArg then
-    wNow, wN, wExtra, wL, wP = sunpack('>ddddd', arg)
-    wArg = arg
-  end
+  if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
   if onServer then now = serverTime() end
@@ -277,8 +365,8 @@ local function decideWindowKey(key, arg, serverTime, seen)
 
   -- The key's override, if it has one (see liveOverride).
   local ov, here = s.ov, true
-  if ov then ov, here = liveOverride(s, now, 2) end
-  if not here then return elsewhere(s) end
+  if ov then ov, here = liveOverride(ov, now, 2) end
+  if not here then return elsewhere(s.oraw) end
   if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
   if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
 
@@ -287,19 +375,9 @@ local function decideWindowKey(key, arg, serverTime, seen)
   if n == 0 then allowed, retry = true, 0 end
 
   if allowed and n > 0 then
-    local ttl = floor((reset + hold + 999) / 1000) + extra
-    if ttl < 1 then ttl = 1 end
-    if not onServer then
-      s.ttl = ttl
-    elseif not (s.found and s.start == start and s.stop == stop and sk == 0 and s.skew == 0) then
-      -- On the server's clock a window's key outlives it by a slack, a
-      -- quarter of it but at least a second, as a bucket's does (see
-      -- bucketExpiry): a client's next request, often in the next
-      -- window, then finds a state that says whether the key has an
-      -- override, where a missing key makes it look. A charge in a window
-      -- whose expiry (at least its end) was set when it began keeps it.
-      s.ttl = ttl + max(1000, floor(ttl / 4))
-    end
+    local px = windowExpiry(onServer, s.found and s.start == start and s.stop == stop and sk == 0 and s.skew == 0,
+      reset, hold, extra)
+    if px then s.ttl = px end
     s.start, s.stop, s.count, s.last, s.skew, s.found = start, stop, count, t, sk, true
     if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   elseif s.found and sk > s.skew then
@@ -310,29 +388,65 @@ local function decideWindowKey(key, arg, serverTime, seen)
   return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
--- decideFastKey decides one request of the fast path: a fixed window's
--- or a bucket's, by the length of its argument.
-local function decideFastKey(key, arg, serverTime, seen)
-  if #arg == WINDOW_ARG then return decideWindowKey(key, arg, serverTime, seen) end
-  return decideBucketKey(key, arg, serverTime, seen)
+-- decideWindowLone is decideWindowKey for a key that no other request of
+-- the call names, as decideBucketLone is for a bucket.
+local function decideWindowLone(key, arg, serverTime)
+  if arg ~= wArg then unpackWindowArg(arg) end
+  local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
+  local onServer = now < 0
+  if onServer then now = serverTime() end
+  local mode = TAKE
+  if n < 0 then mode, n = CHARGE, -n end
+
+  local ov, oraw, found, s, se, count, last, skew = readWindow(key)
+  if ov == nil then return oraw end
+  if ov then
+    local here
+    ov, here = liveOverride(ov, now, 2)
+    if not here then return elsewhere(oraw) end
+    if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
+  end
+  if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
+
+  local allowed, remaining, retry, reset, start, stop, nc, t, sk, hold = decideFixed(found, s, se, count, last, skew,
+    now, n, L, P, 0, 0, 0, mode)
+  if n == 0 then allowed, retry = true, 0 end
+
+  if allowed and n > 0 then
+    local px = windowExpiry(onServer, found and s == start and se == stop and sk == 0 and skew == 0, reset, hold, extra)
+    writeWindow(key, px, start, stop, nc, t, sk, not oraw)
+  elseif found and sk > skew then
+    writeWindow(key, false, s, se, count, last, sk, not oraw) -- the clock stepped back
+  end
+  if ov then return record(oraw, allowed, remaining, retry, reset) end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
 end
 
--- bucketFlush writes the states that decideFastKey changed, once each,
--- in the order they were first changed: with the expiry that the call's
--- charges need, or keeping the key's own when it covers them (see
+-- decideFastKey decides one request of the fast path: a fixed window's
+-- or a bucket's, by the length of its argument, on the call's state of
+-- its key in seen, or without (nil) on a key of its own.
+local function decideFastKey(key, arg, serverTime, seen)
+  if #arg < BUCKET_ARG then
+    if seen then return decideWindowKey(key, arg, serverTime, seen) end
+    return decideWindowLone(key, arg, serverTime)
+  end
+  if seen then return decideBucketKey(key, arg, serverTime, seen) end
+  return decideBucketLone(key, arg, serverTime)
+end
+
+-- bucketFlush writes the states in seen that decideFastKey changed, once
+-- each, in the order they were first changed: with the expiry that the
+-- call's charges need, or keeping the key's own when it covers them (see
 -- bucketExpiry) or only the key's skew moved.
 local function bucketFlush(seen)
   for i = 1, #seen do
     local key = seen[i]
     local s = seen[key]
-    local v
     if s.window then
-      v = fmtFixed(s.start, s.stop, s.count, s.last, s.skew, not s.oraw)
+      writeWindow(key, s.ttl, s.start, s.stop, s.count, s.last, s.skew, not s.oraw)
     else
-      v = fmtBucket(s.tat, s.f, s.sr, s.last, s.skew, s.e, not s.oraw)
+      writeBucket(key, s.ttl, s.tat, s.f, s.sr, s.last, s.skew, s.e, not s.oraw)
     end
-    -- fmt: Redis would format a number argument with %.17g, which costs more.
-    if s.ttl then call('SET', key, v, 'PX', fmt(s.ttl)) else call('SET', key, v, 'KEEPTTL') end
   end
 end
 
@@ -350,11 +464,7 @@ end
 -- bucketOne decides one request on the bucket or fixed window whose state
 -- is key: the fast path's function.
 local function bucketOne(key, arg)
-  nBuckets, nWindows = 0, 0
-  local seen = {}
-  local r = decideFastKey(key, arg, timeMicros, seen)
-  bucketFlush(seen)
-  return r
+  return decideFastKey(key, arg, timeMicros, nil)
 end
 
 -- asRecord returns decideFastKey's answer r as a record: an error reply
@@ -373,15 +483,15 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
     local kind = 1
-    if #arg == WINDOW_ARG then kind = 2 end
+    if #arg < BUCKET_ARG then kind = 2 end
     local s, err = loadState(key, seen, kind)
     if not s then return asRecord(err) end
     if s.ov then
       -- Only an override can send the group elsewhere (liveOverride).
       local now = sunpack('>d', arg)
       if now < 0 then now = serverTime() end
-      local _, here = liveOverride(s, now, kind)
-      if not here then return elsewhere(s) end
+      local _, here = liveOverride(s.ov, now, kind)
+      if not here then return elsewhere(s.oraw) end
     end
   end
 end
@@ -397,17 +507,22 @@ local groupSizes = {}
 -- ARGV (as decideFastKey's), or a group of requests: an argument "g<count>"
 -- before the count requests' own, decided in order, one after the other,
 -- as decide.lua decides a group that is not all or nothing. Each decision
--- sees the ones before it. It returns the requests' records, in order, as
--- one string: a decision that fails has the record of its error, and each
--- request of a group that the fast path does not decide the record that
--- says why (see checkGroup).
+-- sees the ones before it. A request whose argument is one byte longer
+-- than its kind's names a key that another request of the call names too
+-- (which the client knows, and Lua would need a table to find out): it,
+-- and every request of a group, is decided on the call's state of its
+-- key (see loadState); any other on its own. It returns the requests'
+-- records, in order, as one string: a decision that fails has the record
+-- of its error, and each request of a group that the fast path does not
+-- decide the record that says why (see checkGroup).
 local function bucketBatch(keys, argv)
   nBuckets, nWindows = 0, 0
   local out, serverTime, seen = {}, bucketTime(), {}
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
   while a <= #argv do
     local arg = argv[a]
-    if #arg < WINDOW_ARG then -- "g<count>"
+    local size = #arg
+    if size < WINDOW_ARG then -- "g<count>"
       local count = groupSizes[arg]
       if not count then
         count = tonumber(sub(arg, 2))
@@ -422,10 +537,14 @@ local function bucketBatch(keys, argv)
     else
       -- decideFastKey's dispatch, written out: a lone decision's path.
       local r
-      if #arg == WINDOW_ARG then
-        r = decideWindowKey(keys[k], arg, serverTime, seen)
-      else
+      if size == BUCKET_ARG then
+        r = decideBucketLone(keys[k], arg, serverTime)
+      elseif size == WINDOW_ARG then
+        r = decideWindowLone(keys[k], arg, serverTime)
+      elseif size > BUCKET_ARG then
         r = decideBucketKey(keys[k], arg, serverTime, seen)
+      else
+        r = decideWindowKey(keys[k], arg, serverTime, seen)
       end
       if type(r) == 'table' then r = asRecord(r) end
       m = m + 1

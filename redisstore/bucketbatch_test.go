@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +109,91 @@ func TestBucketBatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// In a batch, a request on a key that no other request of the batch
+// names is decided and written on its own, and one on a key that others
+// name too (alone or in a group, here before them) on the batch's state
+// of that key: each decision sees the ones before it, whichever way it
+// went, over few keys (the client finds the repeats by comparing them)
+// and many (by a map), for buckets and fixed windows, on the client's
+// clock and on Redis's.
+func TestBatchSharedKeys(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	many := make([]string, 20)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	for _, tt := range []struct {
+		name        string
+		keys, group []string
+		want, gwant []int64 // remaining; -1 denied
+		then        []int64 // remaining of one more request on each of keys, one by one
+	}{
+		{"distinct", []string{"a", "b", "c"}, nil, []int64{2, 2, 2}, nil, []int64{1, 1, 1}},
+		{"repeated", []string{"a", "b", "a", "a", "a"}, nil, []int64{2, 2, 1, 0, -1}, nil, []int64{-1, 1, -1, -1, -1}},
+		{"in the group", []string{"a", "b"}, []string{"b", "c"}, []int64{2, 1}, []int64{2, 2}, []int64{1, 0}},
+		{"many", append(slices.Clone(many), "m3"), nil,
+			append(slices.Repeat([]int64{2}, 20), 1), nil, append(append(slices.Repeat([]int64{1}, 3), 0), append(slices.Repeat([]int64{1}, 16), -1)...)},
+	} {
+		bucket, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		window, err := core.NewWindow(core.Fixed, "fixed-window", 3, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sp := range []core.Spec{bucket, window} {
+			for _, server := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/kind %d/server clock %v", tt.name, sp.Kind, server), func(t *testing.T) {
+					ctx := context.Background()
+					opts := &redisstore.Options{Prefix: fmt.Sprintf("sk%d:", prefixes.Add(1))}
+					if !server {
+						opts.Clock = storetest.NewClock(storetest.Base)
+					}
+					st := newStore(t, client, opts)
+					pol, err := st.Prepare([]core.Spec{sp})
+					if err != nil {
+						t.Fatal(err)
+					}
+					remaining := func(d core.Decision) int64 {
+						if !d.Allowed {
+							return -1
+						}
+						return d.Remaining
+					}
+					ds, errs, gds, gerr := st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
+					if gerr != nil {
+						t.Fatal(gerr)
+					}
+					for i, d := range ds {
+						if errs[i] != nil {
+							t.Fatal(errs[i])
+						}
+						if got := remaining(d); got != tt.want[i] {
+							t.Errorf("request %d (%s): remaining %d, want %d", i, tt.keys[i], got, tt.want[i])
+						}
+					}
+					for i, d := range gds {
+						if got := remaining(d); got != tt.gwant[i] {
+							t.Errorf("group's request %d (%s): remaining %d, want %d", i, tt.group[i], got, tt.gwant[i])
+						}
+					}
+					// What the batch wrote: the next request on each key sees it.
+					for i, k := range tt.keys {
+						d, err := st.TakeBatch(ctx, pol, []string{k}, 1)
+						if err[0] != nil {
+							t.Fatal(err[0])
+						}
+						if got := remaining(d[0]); got != tt.then[i] {
+							t.Errorf("then %s: remaining %d, want %d", k, got, tt.then[i])
+						}
+					}
+				})
+			}
+		}
 	}
 }
 

@@ -17,17 +17,45 @@ func (s *Store) DisableFastPath() { s.noFastPath = true }
 // that s prepared, all in one batch, as the batcher sends the requests
 // that wait together, and returns each decision and its error.
 func (s *Store) TakeBatch(ctx context.Context, pol core.Policy, keys []string, n int64) ([]core.Decision, []error) {
+	ds, errs, _, _ := s.TakeBatchGroup(ctx, pol, keys, nil, n)
+	return ds, errs
+}
+
+// TakeBatchGroup is TakeBatch with a group (not all or nothing) of
+// requests of cost n on group's keys at the start of the batch: it
+// returns the group's decisions and error too.
+func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group []string, n int64) ([]core.Decision, []error, []core.Decision, error) {
 	p := pol.(*policy)
-	calls := make([]*call, len(keys))
-	for i, k := range keys {
-		calls[i] = &call{ctx: ctx, p: p, keys: p.keys(k), n: n, now: s.nowArg(), specs: p.params, op: opTake}
+	newCall := func(k string) *call {
+		return &call{ctx: ctx, p: p, keys: p.keys(k), n: n, now: s.nowArg(), specs: p.params, op: opTake}
+	}
+	var calls, members []*call
+	if len(group) > 0 {
+		for _, k := range group {
+			members = append(members, newCall(k))
+		}
+		calls = s.groupCalls(ctx, members, false)
+	}
+	ng := len(calls)
+	for _, k := range keys {
+		calls = append(calls, newCall(k))
 	}
 	s.send(ctx, calls)
 	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
-	for i, c := range calls {
+	for i, c := range calls[ng:] {
 		if errs[i] = c.err; c.err == nil {
 			ds[i] = c.decision()
 		}
 	}
-	return ds, errs
+	var gds []core.Decision
+	var gerr error
+	for _, c := range calls[:ng] {
+		if c.err != nil && gerr == nil {
+			gerr = c.err
+		}
+	}
+	for _, m := range members {
+		gds = append(gds, m.decision())
+	}
+	return ds, errs, gds, gerr
 }

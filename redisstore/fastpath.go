@@ -156,7 +156,7 @@ func (f *foreignKeys) settle(c *call) {
 // the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
-	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op)))
+	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op, false)))
 	if c.err == errNotFast {
 		s.handOn(ctx, []*call{c})
 	}
@@ -188,13 +188,17 @@ func (s *Store) handOn(ctx context.Context, calls []*call) {
 // fastArgs is the fast path's argument (see bucket.lua): for a bucket ten
 // big-endian doubles, of which all but now, n and n*T are the same for
 // every decision on a policy, and are packed once, by Prepare; for a fixed
-// window five, of which all but now and n are.
+// window five, of which all but now and n are. In a batch, a request on a
+// key that another request of the batch names too has one byte more (see
+// bucketBatch).
 type fastArgs struct {
-	packed [80]byte // now and n (0 here), extra, then a bucket's quota, rate, period, tauQ, tauR, n*T or a window's quota, period
+	packed [81]byte // now and n (0 here), extra, then a bucket's quota, rate, period, tauQ, tauR, n*T or a window's quota, period; a last 0
 	window bool     // a fixed window's
 	// The arguments of the commonest requests, built once (see boxed):
-	// they take 1, or for a window charge 1, on the server's clock.
-	take1, charge1 any
+	// they take 1, or for a window charge 1, on the server's clock, on a
+	// key of their own and on a shared one.
+	take1, charge1             any
+	take1Shared, charge1Shared any
 	// A bucket's, for n*T when n is not 1.
 	quota  int64
 	period int64
@@ -202,9 +206,9 @@ type fastArgs struct {
 	tq, tr int64
 }
 
-// windowArgLen is the length of a fixed window's argument, by which
-// bucket.lua tells it from a bucket's.
-const windowArgLen = 40
+// windowArgLen and bucketArgLen are the lengths of a fixed window's and a
+// bucket's argument, by which bucket.lua tells them apart.
+const windowArgLen, bucketArgLen = 40, 80
 
 func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 	if sp.Kind == core.Fixed {
@@ -212,44 +216,54 @@ func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 		for i, v := range [...]int64{extraTTL, sp.Quota, sp.Period} {
 			putDouble(f.packed[8*(2+i):], v)
 		}
-		f.take1, f.charge1 = f.arg(-1, 1, opTake), f.arg(-1, 1, opCharge)
+		f.take1, f.charge1 = f.arg(-1, 1, opTake, false), f.arg(-1, 1, opCharge, false)
+		f.take1Shared, f.charge1Shared = f.arg(-1, 1, opTake, true), f.arg(-1, 1, opCharge, true)
 		return f
 	}
 	f := &fastArgs{quota: sp.Quota, period: sp.Period, rate: sp.Rate, tq: sp.TQ, tr: sp.TR}
 	for i, v := range [...]int64{extraTTL, sp.Quota, sp.Rate, sp.Period, sp.TauQ, sp.TauR} {
 		putDouble(f.packed[8*(2+i):], v)
 	}
-	f.take1 = f.arg(-1, 1, opTake)
+	f.take1, f.take1Shared = f.arg(-1, 1, opTake, false), f.arg(-1, 1, opTake, true)
 	return f
 }
 
-// boxed returns arg(now, n, o) as a script argument. The commonest
-// requests, which take (or charge) 1 on the server's clock, have theirs
-// built once: a request's argument is otherwise a string and an interface
-// value allocated for every request.
-func (f *fastArgs) boxed(now, n int64, o op) any {
+// boxed returns arg(now, n, o, shared) as a script argument. The
+// commonest requests, which take (or charge) 1 on the server's clock, have
+// theirs built once: a request's argument is otherwise a string and an
+// interface value allocated for every request.
+func (f *fastArgs) boxed(now, n int64, o op, shared bool) any {
 	if now == -1 && n == 1 {
 		switch {
+		case o == opTake && shared:
+			return f.take1Shared
 		case o == opTake:
 			return f.take1
+		case o == opCharge && f.window && shared:
+			return f.charge1Shared
 		case o == opCharge && f.window:
 			return f.charge1
 		}
 	}
-	return f.arg(now, n, o)
+	return f.arg(now, n, o, shared)
 }
 
 // arg returns the argument for a request of cost n at now (µs, or -1 for
-// the server's TIME) that takes n, or for a fixed window charges it (o).
-func (f *fastArgs) arg(now, n int64, o op) string {
+// the server's TIME) that takes n, or for a fixed window charges it (o);
+// shared says that another request of its batch names its key.
+func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 	buf := f.packed
 	putDouble(buf[0:], now)
+	size := bucketArgLen
+	if shared {
+		size++
+	}
 	if f.window {
 		if o == opCharge {
 			n = -n // bucket.lua's charge
 		}
 		putDouble(buf[8:], n)
-		return string(buf[:windowArgLen])
+		return string(buf[:size-bucketArgLen+windowArgLen])
 	}
 	putDouble(buf[8:], n)
 	iq, ir := f.tq, f.tr // n*T for the common n = 1
@@ -258,7 +272,7 @@ func (f *fastArgs) arg(now, n int64, o op) string {
 	}
 	putDouble(buf[64:], iq)
 	putDouble(buf[72:], ir)
-	return string(buf[:])
+	return string(buf[:size])
 }
 
 func putDouble(b []byte, v int64) {
@@ -278,16 +292,31 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	}
 	s.counted(1, n)
 	keys := make([]string, 0, n)
-	args := make([]any, 0, len(calls)+n)
 	for _, c := range calls {
 		if c.group == nil {
-			keys, args = append(keys, c.keys[0]), append(args, c.p.fast.boxed(c.now, c.n, c.op))
+			keys = append(keys, c.keys[0])
 			continue
 		}
+		for _, m := range c.group {
+			keys = append(keys, m.keys[0])
+		}
+	}
+	shared := repeats(keys)
+	args := make([]any, 0, len(calls)+n)
+	i := 0
+	for _, c := range calls {
+		if c.group == nil {
+			args = append(args, c.p.fast.boxed(c.now, c.n, c.op, shared != nil && shared[i]))
+			i++
+			continue
+		}
+		// A group's requests are decided on the call's states (see
+		// bucketBatch), so their arguments need not say.
 		args = append(args, "g"+strconv.Itoa(len(c.group)))
 		for _, m := range c.group {
-			keys, args = append(keys, m.keys[0]), append(args, m.p.fast.boxed(m.now, m.n, m.op))
+			args = append(args, m.p.fast.boxed(m.now, m.n, m.op, false))
 		}
+		i += len(c.group)
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
 	read := func(c *call) {
@@ -329,6 +358,37 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 		}
 	}
 	s.handOn(ctx, calls)
+}
+
+// repeats reports for each of keys whether keys holds it more than once,
+// or returns nil when none is: in a batch over many keys, the commonest.
+func repeats(keys []string) []bool {
+	var r []bool
+	mark := func(i, j int) {
+		if r == nil {
+			r = make([]bool, len(keys))
+		}
+		r[i], r[j] = true, true
+	}
+	if len(keys) <= 16 {
+		for i := range keys {
+			for j := i + 1; j < len(keys); j++ {
+				if keys[i] == keys[j] {
+					mark(i, j)
+				}
+			}
+		}
+		return r
+	}
+	first := make(map[string]int, len(keys))
+	for i, k := range keys {
+		if j, ok := first[k]; ok {
+			mark(i, j)
+			continue
+		}
+		first[k] = i
+	}
+	return r
 }
 
 // bucketResult reads the fast path's reply to c, one record (see
