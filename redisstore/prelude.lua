@@ -23,12 +23,19 @@ local function init()
   tonumber, type, sunpack, spack, call, rpcall = _G.tonumber, _G.type, struct.unpack, struct.pack, redis.call, redis.pcall
 end
 
+-- FLOOR: for x >= 0, floor(x) is written x - x % 1, which is exactly
+-- math.floor(x) (x % 1 is x - floor(x), x's fraction, which a double
+-- holds exactly), where the decisions of the fast path run it: an
+-- operator, where math.floor is a call of a C function, which costs Redis
+-- some hundred instructions more, several times per decision.
+
 -- mulDiv is core.MulDiv: floor(a*b/c) and remainder, exactly, for
 -- 0 <= a, b and 0 < c < 2^52.
 local function mulDiv(a, b, c)
   local p = a * b
   if p < TWO53 then
-    local q = floor(p / c)
+    local q = p / c
+    q = q - q % 1 -- floor(q), for q >= 0 (see FLOOR)
     local r = p - q * c
     if r < 0 then q = q - 1; r = r + c elseif r >= c then q = q + 1; r = r - c end
     return q, r
@@ -102,7 +109,8 @@ local function stepBucket(tat, f, sr, now, n, L, R, P, tauQ, tauR, iq, ir, mode)
   if df < 0 then dt, df = dt - 1, df + R end
   if dt >= 0 then
     local q, r = mulDiv(dt, R, P)
-    remaining = q + floor((r + df) / P)
+    local x = (r + df) / P
+    remaining = q + (x - x % 1) -- floor(x) (see FLOOR)
   end
   if tat > now or (tat == now and f > 0) then
     reset = tat - now
@@ -154,7 +162,8 @@ end
 -- that the fast path need not look; 3 and 4 that it may. Reading it costs Redis a sixth
 -- of parsing the same numbers in decimal. parseBucket returns tat, f, R,
 -- last, skew, e and whether the key has no override (f, R and skew 0 in
--- the short form), or nil for anything else. It also reads the decimal
+-- the short form), or nil for anything else (an error reply that GET
+-- returned too). It also reads the decimal
 -- forms of earlier versions, with e 0 and an override possible: "tat:d"
 -- and "tat:d:f:R:skew", and before those "tat" and "tat:f:R", which did
 -- not keep their latest charge (last = 0: no step back is seen on them).
@@ -163,22 +172,26 @@ end
 -- decide.lua); decide.lua, which does not look, writes 3 or 4; the fast
 -- path writes 1 or 2 when it looked and found none.
 local function parseBucket(raw)
-  local tag, n = byte(raw), #raw
-  if (tag == 1 or tag == 3) and n == 25 then
-    local _, x, d, e = sunpack('>Bddd', raw)
-    if x >= 0 and x < TWO53 and x % 1 == 0 and d >= 0 and d < TWO53 and d % 1 == 0 and
-      e >= 0 and e < TWO53 and e % 1 == 0 then
-      return x, 0, 0, x - d, 0, e, tag == 1
+  local n = #raw
+  if n == 25 then
+    local tag, x, d, e = sunpack('>Bddd', raw)
+    if tag == 1 or tag == 3 then
+      if x >= 0 and x < TWO53 and x % 1 == 0 and d >= 0 and d < TWO53 and d % 1 == 0 and
+        e >= 0 and e < TWO53 and e % 1 == 0 then
+        return x, 0, 0, x - d, 0, e, tag == 1
+      end
+      return nil
     end
-    return nil
-  end
-  if (tag == 2 or tag == 4) and n == 49 then
-    local _, x, d, e, y, z, k = sunpack('>Bdddddd', raw)
-    for _, v in ipairs({x, d, e, y, z, k}) do
-      if not (v >= 0 and v < TWO53 and v % 1 == 0) then return nil end
+  elseif n == 49 then
+    local tag, x, d, e, y, z, k = sunpack('>Bdddddd', raw)
+    if tag == 2 or tag == 4 then
+      for _, v in ipairs({x, d, e, y, z, k}) do
+        if not (v >= 0 and v < TWO53 and v % 1 == 0) then return nil end
+      end
+      return x, y, z, x - d, k, e, tag == 2
     end
-    return x, y, z, x - d, k, e, tag == 2
   end
+  if type(raw) ~= 'string' then return nil end -- an error reply
   local x, d = match(raw, '^(%d+):(%d+)$')
   if x then
     x = tonumber(x)
@@ -225,20 +238,23 @@ end
 -- 6 when it may, as for a bucket: decide.lua writes 6, the fast path 5
 -- when it looked and found none, and every write of an override marks the
 -- key's window. parseFixed returns start, end, count, last, skew and
--- whether the key has no override, or nil for anything else; it also
+-- whether the key has no override, or nil for anything else (an error
+-- reply too); it also
 -- reads the decimal forms of earlier versions, "start:end:count:last:skew"
 -- and "start:end:count", which may have an override.
 local function parseFixed(raw)
-  local tag = byte(raw)
-  if (tag == 5 or tag == 6) and #raw == 41 then
-    local _, x, y, z, l, k = sunpack('>Bddddd', raw)
-    if x > -TWO53 and x < TWO53 and x % 1 == 0 and y > -TWO53 and y < TWO53 and y % 1 == 0 and
-      z >= 0 and z < TWO53 and z % 1 == 0 and l >= 0 and l < TWO53 and l % 1 == 0 and
-      k >= 0 and k < TWO53 and k % 1 == 0 then
-      return x, y, z, l, k, tag == 5
+  if #raw == 41 then
+    local tag, x, y, z, l, k = sunpack('>Bddddd', raw)
+    if tag == 5 or tag == 6 then
+      if x > -TWO53 and x < TWO53 and x % 1 == 0 and y > -TWO53 and y < TWO53 and y % 1 == 0 and
+        z >= 0 and z < TWO53 and z % 1 == 0 and l >= 0 and l < TWO53 and l % 1 == 0 and
+        k >= 0 and k < TWO53 and k % 1 == 0 then
+        return x, y, z, l, k, tag == 5
+      end
+      return nil
     end
-    return nil
   end
+  if type(raw) ~= 'string' then return nil end -- an error reply
   local x, y, z, l, k = match(raw, '^(%-?%d+):(%-?%d+):(%d+):(%d+):(%d+)$')
   if x then return tonumber(x), tonumber(y), tonumber(z), tonumber(l), tonumber(k), false end
   x, y, z = match(raw, '^(%-?%d+):(%-?%d+):(%d+)$')
