@@ -128,11 +128,13 @@ local function stateError(key, raw)
 end
 
 -- readBucket reads the bucket's state at key, with the key's override
--- when the state does not say it has none: it returns the override
+-- when the state does not say it has none, or takes raw, the key's value
+-- as MGET read it (false or nil: GET reads it, and tells a missing key
+-- from one of another type, which MGET does not): it returns the override
 -- (parsed and as stored, or false), the length of the key's value (0 for
 -- none), and the state (zeros for none); or nil and an error reply.
-local function readBucket(key)
-  local raw = rpcall('GET', key)
+local function readBucket(key, raw)
+  if not raw then raw = rpcall('GET', key) end
   if not raw then
     local ov, oraw, err = readOverride(key)
     if err then return nil, err end
@@ -147,8 +149,8 @@ local function readBucket(key)
 end
 
 -- readWindow is readBucket for a fixed window's state.
-local function readWindow(key)
-  local raw = rpcall('GET', key)
+local function readWindow(key, raw)
+  if not raw then raw = rpcall('GET', key) end
   if not raw then
     local ov, oraw, err = readOverride(key)
     if err then return nil, err end
@@ -295,18 +297,19 @@ end
 
 -- decideBucketLone is decideBucketKey for a key that no other request of
 -- the call names, every lone decision's and most of a batch's over many
--- keys: the same decision, on the key's state in locals, written at once.
+-- keys: the same decision, on the key's state in locals, written at once;
+-- raw is the key's value if the call read it already (see readBucket).
 -- A table for the state, and the call's table of them, cost Redis about a
 -- tenth of such a decision's instructions (callgrind, batches of 20 over
 -- 500 keys); on a key that a batch names many times, reading and writing
 -- the key once costs less than they do.
-local function decideBucketLone(key, arg, serverTime)
+local function decideBucketLone(key, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local onServer = now < 0
   if onServer then now = serverTime() end
 
-  local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key)
+  local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
   if ov == nil then return nil, oraw end
   if ov then
     local here
@@ -405,7 +408,7 @@ end
 
 -- decideWindowLone is decideWindowKey for a key that no other request of
 -- the call names, as decideBucketLone is for a bucket.
-local function decideWindowLone(key, arg, serverTime)
+local function decideWindowLone(key, arg, serverTime, raw)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
@@ -413,7 +416,7 @@ local function decideWindowLone(key, arg, serverTime)
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
 
-  local ov, oraw, size, s, se, count, last, skew = readWindow(key)
+  local ov, oraw, size, s, se, count, last, skew = readWindow(key, raw)
   if ov == nil then return nil, oraw end
   local found = size > 0
   if ov then
@@ -541,7 +544,17 @@ local function bucketBatch(keys, argv)
   nBuckets, nWindows = 0, 0
   local out, serverTime, seen = records, bucketTime(), {}
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
-  while a <= #argv do
+  -- The requests on keys of their own come first (see lonesFirst in
+  -- fastpath.go), and one MGET reads their states: a call from Lua costs
+  -- Redis some thousands of instructions besides the command's own work.
+  local lone, na, pre = 0, #argv, false
+  while lone < na do
+    local size = #argv[lone + 1]
+    if size ~= BUCKET_ARG and size ~= WINDOW_ARG then break end
+    lone = lone + 1
+  end
+  if lone > 1 then pre = call('MGET', unpack(keys, 1, lone)) end
+  while a <= na do
     local arg = argv[a]
     local size = #arg
     if size < WINDOW_ARG then -- "g<count>"
@@ -562,9 +575,9 @@ local function bucketBatch(keys, argv)
       -- decideFastKey's dispatch, written out: a lone decision's path.
       local r, err
       if size == BUCKET_ARG then
-        r, err = decideBucketLone(keys[k], arg, serverTime)
+        r, err = decideBucketLone(keys[k], arg, serverTime, pre and pre[k])
       elseif size == WINDOW_ARG then
-        r, err = decideWindowLone(keys[k], arg, serverTime)
+        r, err = decideWindowLone(keys[k], arg, serverTime, pre and pre[k])
       elseif size > BUCKET_ARG then
         r, err = decideBucketKey(keys[k], arg, serverTime, seen)
       else

@@ -292,22 +292,35 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	}
 	s.counted(1, n)
 	keys := make([]string, 0, n)
+	groups := false
 	for _, c := range calls {
 		if c.group == nil {
 			keys = append(keys, c.keys[0])
 			continue
 		}
+		groups = true
 		for _, m := range c.group {
 			keys = append(keys, m.keys[0])
 		}
 	}
-	shared := repeats(keys)
+	var shared []bool // for each of calls: a lone request on a key that others name too
+	if dup := repeats(keys); dup != nil || groups {
+		calls, shared = lonesFirst(calls, dup)
+		keys = keys[:0]
+		for _, c := range calls {
+			if c.group == nil {
+				keys = append(keys, c.keys[0])
+				continue
+			}
+			for _, m := range c.group {
+				keys = append(keys, m.keys[0])
+			}
+		}
+	}
 	args := make([]any, 0, len(calls)+n)
-	i := 0
-	for _, c := range calls {
+	for j, c := range calls {
 		if c.group == nil {
-			args = append(args, c.p.fast.boxed(c.now, c.n, c.op, shared != nil && shared[i]))
-			i++
+			args = append(args, c.p.fast.boxed(c.now, c.n, c.op, shared != nil && shared[j]))
 			continue
 		}
 		// A group's requests are decided on the call's states (see
@@ -316,7 +329,6 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 		for _, m := range c.group {
 			args = append(args, m.p.fast.boxed(m.now, m.n, m.op, false))
 		}
-		i += len(c.group)
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
 	read := func(c *call) {
@@ -389,6 +401,34 @@ func repeats(keys []string) []bool {
 		first[k] = i
 	}
 	return r
+}
+
+// lonesFirst returns calls in the order bucketBatch takes them best: first
+// the lone requests on keys that no other request of calls names, whose
+// states it reads with one MGET, then the others (requests on shared keys,
+// groups), each part in the order of calls; and for each call, in that
+// order, whether it is a lone request on a shared key. dup is repeats'
+// answer on calls' keys. A request's place among requests on other keys
+// changes nothing: only the order of the requests on one key does.
+func lonesFirst(calls []*call, dup []bool) (ordered []*call, shared []bool) {
+	ordered, shared = make([]*call, 0, len(calls)), make([]bool, len(calls))
+	own := func(c *call, i int) bool { return c.group == nil && (dup == nil || !dup[i]) }
+	i := 0
+	for _, c := range calls {
+		if own(c, i) {
+			ordered = append(ordered, c)
+		}
+		i += max(len(c.group), 1)
+	}
+	i = 0
+	for _, c := range calls {
+		if !own(c, i) {
+			shared[len(ordered)] = c.group == nil
+			ordered = append(ordered, c)
+		}
+		i += max(len(c.group), 1)
+	}
+	return ordered, shared
 }
 
 // bucketResult reads the fast path's reply to c, one record (see

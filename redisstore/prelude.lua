@@ -17,10 +17,10 @@ local TAKE, CHARGE, REFUND = 0, 1, 2
 -- Globals read once: a global is a table lookup at every use. A library
 -- is loaded where only the redis table exists, so init binds them at the
 -- first call (a script calls it first thing).
-local floor, max, min, format, match, gmatch, sub, byte, concat, tonumber, type, sunpack, spack, call, rpcall
+local floor, max, min, format, match, gmatch, sub, byte, concat, tonumber, type, sunpack, spack, call, rpcall, unpack
 local function init()
   floor, max, min, format, match, gmatch, sub, byte, concat = math.floor, math.max, math.min, string.format, string.match, string.gmatch, string.sub, string.byte, table.concat
-  tonumber, type, sunpack, spack, call, rpcall = _G.tonumber, _G.type, struct.unpack, struct.pack, redis.call, redis.pcall
+  tonumber, type, sunpack, spack, call, rpcall, unpack = _G.tonumber, _G.type, struct.unpack, struct.pack, redis.call, redis.pcall, _G.unpack
 end
 
 -- FLOOR: for x >= 0, floor(x) is written x - x % 1, which is exactly
