@@ -166,16 +166,17 @@ end
 
 -- loadState returns the state of the bucket (kind 1) or fixed window
 -- (kind 2) at key as this call has it in seen, reading it at the key's
--- first decision of the call; or nil and an error reply.
-local function loadState(key, seen, kind)
+-- first decision of the call (or taking raw, its value as MGET read it,
+-- see readBucket); or nil and an error reply.
+local function loadState(key, seen, kind, raw)
   local s = seen[key]
   if s then return s end
   if kind == 1 then
-    local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key)
+    local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
     if ov == nil then return nil, oraw end
     s = newBucket(ov, oraw, size, tat, f, sr, last, skew, e)
   else
-    local ov, oraw, size, start, stop, count, last, skew = readWindow(key)
+    local ov, oraw, size, start, stop, count, last, skew = readWindow(key, raw)
     if ov == nil then return nil, oraw end
     s = newWindow(ov, oraw, size, start, stop, count, last, skew)
   end
@@ -248,7 +249,7 @@ end
 -- It returns the decision's record (see RECORD_DECISION), or nil and an
 -- error reply: as a second value, which costs Lua less to tell from a
 -- record than the type of one value does.
-local function decideBucketKey(key, arg, serverTime, seen)
+local function decideBucketKey(key, arg, serverTime, seen, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local onServer = now < 0
@@ -257,7 +258,7 @@ local function decideBucketKey(key, arg, serverTime, seen)
   local s = seen[key]
   if not s then
     local err
-    s, err = loadState(key, seen, 1)
+    s, err = loadState(key, seen, 1, raw)
     if not s then return nil, err end
   end
 
@@ -366,7 +367,7 @@ end
 -- doubles (struct.pack '>ddddd'): now in µs (or -1 for the server's TIME),
 -- the cost n (0 peeks; -n charges n whatever the limit says, as core's
 -- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
-local function decideWindowKey(key, arg, serverTime, seen)
+local function decideWindowKey(key, arg, serverTime, seen, raw)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
@@ -377,7 +378,7 @@ local function decideWindowKey(key, arg, serverTime, seen)
   local s = seen[key]
   if not s then
     local err
-    s, err = loadState(key, seen, 2)
+    s, err = loadState(key, seen, 2, raw)
     if not s then return nil, err end
   end
 
@@ -493,16 +494,18 @@ local function errRecord(err)
 end
 
 -- checkGroup loads the states of the count requests of a group whose keys
--- start at keys[k] and arguments at argv[a], and returns nothing when the
+-- start at keys[k] and arguments at argv[a] (the values of keys from
+-- keys[base + 1] on as MGET read them in rest, see bucketBatch), and
+-- returns nothing when the
 -- fast path decides them all, or the record that answers the whole group
 -- instead: an error, or an override that is decide.lua's. So a group is
 -- decided whole or not at all, as decide.lua decides it.
-local function checkGroup(keys, argv, k, a, count, serverTime, seen)
+local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
     local kind = 1
     if #arg < BUCKET_ARG then kind = 2 end
-    local s, err = loadState(key, seen, kind)
+    local s, err = loadState(key, seen, kind, rest[k + j - base])
     if not s then return errRecord(err) end
     if s.ov then
       -- Only an override can send the group elsewhere (liveOverride).
@@ -554,6 +557,12 @@ local function bucketBatch(keys, argv)
     lone = lone + 1
   end
   if lone > 1 then pre = call('MGET', unpack(keys, 1, lone)) end
+  -- From the first group on, one MGET reads every key left (an Envoy
+  -- request's descriptors are a group each): a key that several requests
+  -- name is read more than once there, which costs Redis less than a GET
+  -- per key as long as most keys are not (one hot key of lone requests,
+  -- decided on the call's state, is read with one GET).
+  local rest, base = false, 0
   while a <= na do
     local arg = argv[a]
     local size = #arg
@@ -563,7 +572,8 @@ local function bucketBatch(keys, argv)
         count = tonumber(sub(arg, 2))
         groupSizes[arg] = count
       end
-      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen)
+      if not rest then rest, base = call('MGET', unpack(keys, k)), k - 1 end
+      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base)
       for j = 0, count - 1 do
         m = m + 1
         local d, err = r, nil
@@ -579,9 +589,9 @@ local function bucketBatch(keys, argv)
       elseif size == WINDOW_ARG then
         r, err = decideWindowLone(keys[k], arg, serverTime, pre and pre[k])
       elseif size > BUCKET_ARG then
-        r, err = decideBucketKey(keys[k], arg, serverTime, seen)
+        r, err = decideBucketKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
       else
-        r, err = decideWindowKey(keys[k], arg, serverTime, seen)
+        r, err = decideWindowKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
       end
       m = m + 1
       out[m] = r or errRecord(err)
