@@ -14,12 +14,15 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/storetest"
 )
 
 // run feeds input to one connection's command loop and returns what it
 // wrote back.
 func run(t testing.TB, token, input string) string {
-	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+	// A fixed clock: a reply that says how long to wait (TestSettleDebt's)
+	// is then the same however long the commands take to run.
+	store := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1, Clock: storetest.NewClock(storetest.Base)})
 	defer store.Close()
 	svc, err := service.New(store, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -152,8 +155,9 @@ func readReply(r *bufio.Reader) error {
 // the key into debt, and the next check waits.
 func TestSettleDebt(t *testing.T) {
 	got := run(t, "", "FG.SETTLE example k 0 25\r\nFG.CHECK example k\r\n")
-	// The settle's reply, then a limited check (10/s, burst 20, 5 in debt).
-	if !strings.HasPrefix(got, "*5\r\n:0\r\n:20\r\n:0\r\n:-1\r\n") || !strings.Contains(got, "*5\r\n:1\r\n:20\r\n:0\r\n:60") {
+	// The settle's reply, then a limited check (10/s, burst 20, 5 in debt:
+	// the next unit in 600ms).
+	if !strings.HasPrefix(got, "*5\r\n:0\r\n:20\r\n:0\r\n:-1\r\n") || !strings.Contains(got, "*5\r\n:1\r\n:20\r\n:0\r\n:600\r\n") {
 		t.Errorf("got %q", got)
 	}
 }
