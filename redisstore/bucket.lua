@@ -470,15 +470,15 @@ local function bucketFlush(seen)
   end
 end
 
--- bucketTime returns a function that reads the server's TIME at its first
--- call and returns the same µs at every later one: the decisions of one
--- call are made at one instant, as decide.lua's are.
-local function bucketTime()
-  local now
-  return function()
-    if not now then now = timeMicros() end
-    return now
-  end
+-- callNow is the server's TIME (µs) as this call first read it, or false
+-- before: callTime reads it once, and the decisions of one call are made
+-- at one instant, as decide.lua's are. bucketBatch starts each call with
+-- none. (A function of the chunk's, rather than one made for each call,
+-- which would leave Lua's collector one more object per call.)
+local callNow = false
+local function callTime()
+  if not callNow then callNow = timeMicros() end
+  return callNow
 end
 
 -- bucketOne decides one request on the bucket or fixed window whose state
@@ -544,8 +544,11 @@ local records = {}
 -- of its error, and each request of a group that the fast path does not
 -- decide the record that says why (see checkGroup).
 local function bucketBatch(keys, argv)
-  nBuckets, nWindows = 0, 0
-  local out, serverTime, seen = records, bucketTime(), {}
+  nBuckets, nWindows, callNow = 0, 0, false
+  -- seen, the states of keys that several requests name (see loadState),
+  -- is made for the first of them: a batch of keys of their own needs
+  -- none.
+  local out, serverTime, seen = records, callTime, false
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
   -- The requests on keys of their own come first (see lonesFirst in
   -- fastpath.go), and one MGET reads their states: a call from Lua costs
@@ -573,6 +576,7 @@ local function bucketBatch(keys, argv)
         groupSizes[arg] = count
       end
       if not rest then rest, base = call('MGET', unpack(keys, k)), k - 1 end
+      if not seen then seen = {} end
       local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base)
       for j = 0, count - 1 do
         m = m + 1
@@ -589,8 +593,10 @@ local function bucketBatch(keys, argv)
       elseif size == WINDOW_ARG then
         r, err = decideWindowLone(keys[k], arg, serverTime, pre and pre[k])
       elseif size > BUCKET_ARG then
+        if not seen then seen = {} end
         r, err = decideBucketKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
       else
+        if not seen then seen = {} end
         r, err = decideWindowKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
       end
       m = m + 1
@@ -598,6 +604,6 @@ local function bucketBatch(keys, argv)
       k, a = k + 1, a + 1
     end
   end
-  bucketFlush(seen)
+  if seen then bucketFlush(seen) end
   return concat(out, '', 1, m)
 end
