@@ -550,10 +550,15 @@ func (b *breaker) settle(ctx context.Context) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	// The first error, kept once: errors of different types (a wrapped
+	// ErrStore, a context's) cannot share an atomic.Value, which panics
+	// on a second value of another type even where it would not store it.
 	var (
-		wg    sync.WaitGroup
-		next  atomic.Int64
-		first atomic.Value
+		wg     sync.WaitGroup
+		next   atomic.Int64
+		failed atomic.Bool
+		once   sync.Once
+		first  error
 	)
 	for range min(settleWorkers, len(keys)) {
 		wg.Add(1)
@@ -561,21 +566,18 @@ func (b *breaker) settle(ctx context.Context) error {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(keys) || first.Load() != nil {
+				if i >= len(keys) || failed.Load() {
 					return
 				}
 				if err := keys[i].p.settle(ctx, keys[i]); err != nil {
-					first.CompareAndSwap(nil, err)
+					once.Do(func() { first = err; failed.Store(true) })
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if err, _ := first.Load().(error); err != nil {
-		return err
-	}
-	return nil
+	return first
 }
 
 // settle brings key down on the primary to what the local limiter has
