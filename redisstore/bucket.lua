@@ -7,8 +7,8 @@
 -- exists because a lone decision costs Redis about a third of the
 -- instructions that decide.lua's general batch machinery does, and that
 -- is the latency of a single caller. Batches of such decisions go through
--- it too (bucketBatch): one call, and for each decision its two reads and
--- one write.
+-- it too (bucketBatch): one call, in which MGET reads most of the batch's
+-- states (see bucketBatch), and each key is written once.
 -- (prelude.lua comes first. As a script, init() is called before this
 -- code; in the library, these are functions of the library.)
 --
