@@ -545,10 +545,7 @@ local records = {}
 -- decide the record that says why (see checkGroup).
 local function bucketBatch(keys, argv)
   nBuckets, nWindows, callNow = 0, 0, false
-  -- seen, the states of keys that several requests name (see loadState),
-  -- is made for the first of them: a batch of keys of their own needs
-  -- none.
-  local out, serverTime, seen = records, callTime, false
+  local out, serverTime = records, callTime
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
   -- The requests on keys of their own come first (see lonesFirst in
   -- fastpath.go), and one MGET reads their states: a call from Lua costs
@@ -560,6 +557,10 @@ local function bucketBatch(keys, argv)
     lone = lone + 1
   end
   if lone > 1 then pre = call('MGET', unpack(keys, 1, lone)) end
+  -- seen, the states of keys that several requests name (see loadState):
+  -- those requests and the groups all come after the lone ones, and a
+  -- batch of keys of their own needs none.
+  local seen = lone < na and {}
   -- From the first group on, one MGET reads every key left (an Envoy
   -- request's descriptors are a group each): a key that several requests
   -- name is read more than once there, which costs Redis less than a GET
@@ -576,7 +577,6 @@ local function bucketBatch(keys, argv)
         groupSizes[arg] = count
       end
       if not rest then rest, base = call('MGET', unpack(keys, k)), k - 1 end
-      if not seen then seen = {} end
       local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base)
       for j = 0, count - 1 do
         m = m + 1
@@ -593,10 +593,8 @@ local function bucketBatch(keys, argv)
       elseif size == WINDOW_ARG then
         r, err = decideWindowLone(keys[k], arg, serverTime, pre and pre[k])
       elseif size > BUCKET_ARG then
-        if not seen then seen = {} end
         r, err = decideBucketKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
       else
-        if not seen then seen = {} end
         r, err = decideWindowKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
       end
       m = m + 1

@@ -254,16 +254,16 @@ func (f *fastArgs) boxed(now, n int64, o op, shared bool) any {
 func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 	buf := f.packed
 	putDouble(buf[0:], now)
-	size := bucketArgLen
+	more := 0 // the byte that says shared
 	if shared {
-		size++
+		more = 1
 	}
 	if f.window {
 		if o == opCharge {
 			n = -n // bucket.lua's charge
 		}
 		putDouble(buf[8:], n)
-		return string(buf[:size-bucketArgLen+windowArgLen])
+		return string(buf[:windowArgLen+more])
 	}
 	putDouble(buf[8:], n)
 	iq, ir := f.tq, f.tr // n*T for the common n = 1
@@ -272,7 +272,7 @@ func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 	}
 	putDouble(buf[64:], iq)
 	putDouble(buf[72:], ir)
-	return string(buf[:size])
+	return string(buf[:bucketArgLen+more])
 }
 
 func putDouble(b []byte, v int64) {
@@ -291,31 +291,11 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 		n += max(len(c.group), 1)
 	}
 	s.counted(1, n)
-	keys := make([]string, 0, n)
-	groups := false
-	for _, c := range calls {
-		if c.group == nil {
-			keys = append(keys, c.keys[0])
-			continue
-		}
-		groups = true
-		for _, m := range c.group {
-			keys = append(keys, m.keys[0])
-		}
-	}
-	var shared []bool // for each of calls: a lone request on a key that others name too
-	if dup := repeats(keys); dup != nil || groups {
+	keys := appendKeys(make([]string, 0, n), calls)
+	var shared []bool                                               // for each of calls: a lone request on a key that others name too
+	if dup := repeats(keys); dup != nil || len(keys) > len(calls) { // repeats, or a group of several
 		calls, shared = lonesFirst(calls, dup)
-		keys = keys[:0]
-		for _, c := range calls {
-			if c.group == nil {
-				keys = append(keys, c.keys[0])
-				continue
-			}
-			for _, m := range c.group {
-				keys = append(keys, m.keys[0])
-			}
-		}
+		keys = appendKeys(keys[:0], calls)
 	}
 	args := make([]any, 0, len(calls)+n)
 	for j, c := range calls {
@@ -370,6 +350,21 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 		}
 	}
 	s.handOn(ctx, calls)
+}
+
+// appendKeys appends the key of each request of calls, a group's members'
+// in turn, as bucketBatch reads them.
+func appendKeys(keys []string, calls []*call) []string {
+	for _, c := range calls {
+		if c.group == nil {
+			keys = append(keys, c.keys[0])
+			continue
+		}
+		for _, m := range c.group {
+			keys = append(keys, m.keys[0])
+		}
+	}
+	return keys
 }
 
 // repeats reports for each of keys whether keys holds it more than once,
