@@ -303,15 +303,28 @@ end
 -- A table for the state, and the call's table of them, cost Redis about a
 -- tenth of such a decision's instructions (callgrind, batches of 20 over
 -- 500 keys); on a key that a batch names many times, reading and writing
--- the key once costs less than they do.
+-- the key once costs less than they do. A Lua call costs Redis several
+-- hundred instructions, so the commonest state, one that MGET read for a
+-- key without an override, skips readBucket, and its commonest write
+-- skips fmtBucket and writeState: a tenth fewer instructions per decision
+-- again (34.7k to 31.2k, same measure).
 local function decideBucketLone(key, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local onServer = now < 0
   if onServer then now = serverTime() end
 
-  local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
-  if ov == nil then return nil, oraw end
+  -- A state that MGET read and that says the key has no override, the
+  -- commonest, is parsed here; any other goes through readBucket.
+  local ov, oraw, size, tat, f, sr, last, skew, e, bare
+  if raw then
+    tat, f, sr, last, skew, e, bare = parseBucket(raw)
+    if bare then ov, oraw, size = false, false, #raw end
+  end
+  if not bare then
+    ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
+    if ov == nil then return nil, oraw end
+  end
   if ov then
     local here
     ov, here = liveOverride(ov, now, 1)
@@ -328,7 +341,14 @@ local function decideBucketLone(key, arg, serverTime, raw)
     if ttl < 1 then ttl = 1 end
     local px = ttl
     if onServer then px, e = bucketExpiry(e, now, ttl) else e = 0 end
-    writeState(key, fmtBucket(nt, nf, R, t, sk, e, not oraw), size, px)
+    if not px and size == 25 and nf == 0 and sk == 0 and not oraw then
+      -- writeState(key, fmtBucket(...)) for the commonest write, written
+      -- out: the short form of a key without an override, over a value
+      -- of its length, keeping the key's expiry.
+      call('SETRANGE', key, '0', spack('>Bddd', 1, nt, nt - t, e))
+    else
+      writeState(key, fmtBucket(nt, nf, R, t, sk, e, not oraw), size, px)
+    end
   elseif size > 0 and sk > skew then
     writeState(key, fmtBucket(tat, f, sr, last, sk, e, not oraw), size, false) -- the clock stepped back
   end
@@ -417,8 +437,17 @@ local function decideWindowLone(key, arg, serverTime, raw)
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
 
-  local ov, oraw, size, s, se, count, last, skew = readWindow(key, raw)
-  if ov == nil then return nil, oraw end
+  -- As in decideBucketLone: a state that MGET read and that says the key
+  -- has no override is parsed here.
+  local ov, oraw, size, s, se, count, last, skew, bare
+  if raw then
+    s, se, count, last, skew, bare = parseFixed(raw)
+    if bare then ov, oraw, size = false, false, #raw end
+  end
+  if not bare then
+    ov, oraw, size, s, se, count, last, skew = readWindow(key, raw)
+    if ov == nil then return nil, oraw end
+  end
   local found = size > 0
   if ov then
     local here
@@ -434,7 +463,11 @@ local function decideWindowLone(key, arg, serverTime, raw)
 
   if allowed and n > 0 then
     local px = windowExpiry(onServer, found and s == start and se == stop and sk == 0 and skew == 0, reset, hold, extra)
-    writeState(key, fmtFixed(start, stop, nc, t, sk, not oraw), size, px)
+    if not px and size == 41 and not oraw then
+      call('SETRANGE', key, '0', spack('>Bddddd', 5, start, stop, nc, t, sk)) -- as decideBucketLone's
+    else
+      writeState(key, fmtFixed(start, stop, nc, t, sk, not oraw), size, px)
+    end
   elseif found and sk > skew then
     writeState(key, fmtFixed(s, se, count, last, sk, not oraw), size, false) -- the clock stepped back
   end

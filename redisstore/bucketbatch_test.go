@@ -130,12 +130,16 @@ func TestBatchSharedKeys(t *testing.T) {
 		keys, group []string
 		want, gwant []int64 // remaining; -1 denied
 		then        []int64 // remaining of one more request on each of keys, one by one
+		// again is the remaining of keys' batch once more, after then: on
+		// states that the batch reads with MGET, rather than on new keys.
+		again []int64
 	}{
-		{"distinct", []string{"a", "b", "c"}, nil, []int64{2, 2, 2}, nil, []int64{1, 1, 1}},
-		{"repeated", []string{"a", "b", "a", "a", "a"}, nil, []int64{2, 2, 1, 0, -1}, nil, []int64{-1, 1, -1, -1, -1}},
-		{"in the group", []string{"a", "b"}, []string{"b", "c"}, []int64{2, 1}, []int64{2, 2}, []int64{1, 0}},
+		{"distinct", []string{"a", "b", "c"}, nil, []int64{2, 2, 2}, nil, []int64{1, 1, 1}, []int64{0, 0, 0}},
+		{"repeated", []string{"a", "b", "a", "a", "a"}, nil, []int64{2, 2, 1, 0, -1}, nil, []int64{-1, 1, -1, -1, -1}, []int64{-1, 0, -1, -1, -1}},
+		{"in the group", []string{"a", "b"}, []string{"b", "c"}, []int64{2, 1}, []int64{2, 2}, []int64{1, 0}, []int64{0, -1}},
 		{"many", append(slices.Clone(many), "m3"), nil,
-			append(slices.Repeat([]int64{2}, 20), 1), nil, append(append(slices.Repeat([]int64{1}, 3), 0), append(slices.Repeat([]int64{1}, 16), -1)...)},
+			append(slices.Repeat([]int64{2}, 20), 1), nil, append(append(slices.Repeat([]int64{1}, 3), 0), append(slices.Repeat([]int64{1}, 16), -1)...),
+			append(append(slices.Repeat([]int64{0}, 3), -1), append(slices.Repeat([]int64{0}, 16), -1)...)},
 	} {
 		bucket, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
 		if err != nil {
@@ -189,6 +193,15 @@ func TestBatchSharedKeys(t *testing.T) {
 						}
 						if got := remaining(d[0]); got != tt.then[i] {
 							t.Errorf("then %s: remaining %d, want %d", k, got, tt.then[i])
+						}
+					}
+					ds, errs = st.TakeBatch(ctx, pol, tt.keys, 1)
+					for i, d := range ds {
+						if errs[i] != nil {
+							t.Fatal(errs[i])
+						}
+						if got := remaining(d); got != tt.again[i] {
+							t.Errorf("again %d (%s): remaining %d, want %d", i, tt.keys[i], got, tt.again[i])
 						}
 					}
 				})
