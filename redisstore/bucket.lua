@@ -526,28 +526,49 @@ local function errRecord(err)
   return spack('>BI4', RECORD_ERROR, #err.err) .. err.err
 end
 
--- checkGroup loads the states of the count requests of a group whose keys
--- start at keys[k] and arguments at argv[a] (the values of keys from
--- keys[base + 1] on as MGET read them in rest, see bucketBatch), and
--- returns nothing when the
--- fast path decides them all, or the record that answers the whole group
--- instead: an error, or an override that is decide.lua's. So a group is
--- decided whole or not at all, as decide.lua decides it.
+-- checkGroup checks the count requests of a group whose keys start at
+-- keys[k] and arguments at argv[a] (the values of keys from keys[base + 1]
+-- on as MGET read them in rest, see bucketBatch), and returns nothing
+-- when the fast path decides them all, or the record that answers the
+-- whole group instead: an error, or an override that is decide.lua's. So
+-- a group is decided whole or not at all, as decide.lua decides it. A
+-- request on a key of its own (by its argument's length, see bucketBatch)
+-- whose state says the key has no override is decided on its own, as a
+-- lone request (see decideGroup); any other's state is loaded in seen
+-- (see loadState).
 local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
-    local kind = 1
-    if #arg < BUCKET_ARG then kind = 2 end
-    local s, err = loadState(key, seen, kind, rest[k + j - base])
-    if not s then return errRecord(err) end
-    if s.ov then
-      -- Only an override can send the group elsewhere (liveOverride).
-      local now = sunpack('>d', arg)
-      if now < 0 then now = serverTime() end
-      local _, here = liveOverride(s.ov, now, kind)
-      if not here then return elsewhere(s.oraw) end
+    local size, raw = #arg, rest[k + j - base]
+    local bare, _ = false, nil
+    if raw and size == WINDOW_ARG then
+      _, _, _, _, _, bare = parseFixed(raw)
+    elseif raw and size == BUCKET_ARG then
+      _, _, _, _, _, _, bare = parseBucket(raw)
+    end
+    if not bare then
+      local kind = 1
+      if size < BUCKET_ARG then kind = 2 end
+      local s, err = loadState(key, seen, kind, raw)
+      if not s then return errRecord(err) end
+      if s.ov then
+        -- Only an override can send the group elsewhere (liveOverride).
+        local now = sunpack('>d', arg)
+        if now < 0 then now = serverTime() end
+        local _, here = liveOverride(s.ov, now, kind)
+        if not here then return elsewhere(s.oraw) end
+      end
     end
   end
+end
+
+-- decideGroup decides the request of a group that checkGroup passed whose
+-- key is key and argument arg (raw is the key's value as MGET read it):
+-- on the call's state of its key, or on its own (see checkGroup).
+local function decideGroup(key, arg, serverTime, seen, raw)
+  if seen[key] then return decideFastKey(key, arg, serverTime, seen) end
+  if #arg == WINDOW_ARG then return decideWindowLone(key, arg, serverTime, raw) end
+  return decideBucketLone(key, arg, serverTime, raw)
 end
 
 -- groupSizes remembers the size of each group mark ("g<count>") that
@@ -570,9 +591,10 @@ local records = {}
 -- as decide.lua decides a group that is not all or nothing. Each decision
 -- sees the ones before it. A request whose argument is one byte longer
 -- than its kind's names a key that another request of the call names too
--- (which the client knows, and Lua would need a table to find out): it,
--- and every request of a group, is decided on the call's state of its
--- key (see loadState); any other on its own. It returns the requests'
+-- (which the client knows, and Lua would need a table to find out): it
+-- is decided on the call's state of its key (see loadState), and so is a
+-- request of a group unless checkGroup finds it can be decided on its
+-- own; any other on its own. It returns the requests'
 -- records, in order, as one string: a decision that fails has the record
 -- of its error, and each request of a group that the fast path does not
 -- decide the record that says why (see checkGroup).
@@ -614,7 +636,7 @@ local function bucketBatch(keys, argv)
       for j = 0, count - 1 do
         m = m + 1
         local d, err = r, nil
-        if not r then d, err = decideFastKey(keys[k + j], argv[a + 1 + j], serverTime, seen) end
+        if not r then d, err = decideGroup(keys[k + j], argv[a + 1 + j], serverTime, seen, rest[k + j - base]) end
         out[m] = d or errRecord(err)
       end
       k, a = k + count, a + 1 + count

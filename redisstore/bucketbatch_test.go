@@ -130,16 +130,17 @@ func TestBatchSharedKeys(t *testing.T) {
 		keys, group []string
 		want, gwant []int64 // remaining; -1 denied
 		then        []int64 // remaining of one more request on each of keys, one by one
-		// again is the remaining of keys' batch once more, after then: on
-		// states that the batch reads with MGET, rather than on new keys.
-		again []int64
+		// again and gagain are the remaining of the batch once more, after
+		// then: on states that the batch reads with MGET, rather than on
+		// new keys.
+		again, gagain []int64
 	}{
-		{"distinct", []string{"a", "b", "c"}, nil, []int64{2, 2, 2}, nil, []int64{1, 1, 1}, []int64{0, 0, 0}},
-		{"repeated", []string{"a", "b", "a", "a", "a"}, nil, []int64{2, 2, 1, 0, -1}, nil, []int64{-1, 1, -1, -1, -1}, []int64{-1, 0, -1, -1, -1}},
-		{"in the group", []string{"a", "b"}, []string{"b", "c"}, []int64{2, 1}, []int64{2, 2}, []int64{1, 0}, []int64{0, -1}},
+		{"distinct", []string{"a", "b", "c"}, nil, []int64{2, 2, 2}, nil, []int64{1, 1, 1}, []int64{0, 0, 0}, nil},
+		{"repeated", []string{"a", "b", "a", "a", "a"}, nil, []int64{2, 2, 1, 0, -1}, nil, []int64{-1, 1, -1, -1, -1}, []int64{-1, 0, -1, -1, -1}, nil},
+		{"in the group", []string{"a", "b"}, []string{"b", "c"}, []int64{2, 1}, []int64{2, 2}, []int64{1, 0}, []int64{0, -1}, []int64{-1, 1}},
 		{"many", append(slices.Clone(many), "m3"), nil,
 			append(slices.Repeat([]int64{2}, 20), 1), nil, append(append(slices.Repeat([]int64{1}, 3), 0), append(slices.Repeat([]int64{1}, 16), -1)...),
-			append(append(slices.Repeat([]int64{0}, 3), -1), append(slices.Repeat([]int64{0}, 16), -1)...)},
+			append(append(slices.Repeat([]int64{0}, 3), -1), append(slices.Repeat([]int64{0}, 16), -1)...), nil},
 	} {
 		bucket, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
 		if err != nil {
@@ -195,13 +196,21 @@ func TestBatchSharedKeys(t *testing.T) {
 							t.Errorf("then %s: remaining %d, want %d", k, got, tt.then[i])
 						}
 					}
-					ds, errs = st.TakeBatch(ctx, pol, tt.keys, 1)
+					ds, errs, gds, gerr = st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
+					if gerr != nil {
+						t.Fatal(gerr)
+					}
 					for i, d := range ds {
 						if errs[i] != nil {
 							t.Fatal(errs[i])
 						}
 						if got := remaining(d); got != tt.again[i] {
 							t.Errorf("again %d (%s): remaining %d, want %d", i, tt.keys[i], got, tt.again[i])
+						}
+					}
+					for i, d := range gds {
+						if got := remaining(d); got != tt.gagain[i] {
+							t.Errorf("again, group's request %d (%s): remaining %d, want %d", i, tt.group[i], got, tt.gagain[i])
 						}
 					}
 				})

@@ -55,6 +55,9 @@ func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group
 		}
 	}
 	for _, m := range members {
+		if gerr != nil {
+			break // the members have no decisions
+		}
 		gds = append(gds, m.decision())
 	}
 	return ds, errs, gds, gerr

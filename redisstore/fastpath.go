@@ -292,22 +292,23 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	}
 	s.counted(1, n)
 	keys := appendKeys(make([]string, 0, n), calls)
-	var shared []bool                                               // for each of calls: a lone request on a key that others name too
+	var shared []bool                                               // for each of keys: whether another request names it too
 	if dup := repeats(keys); dup != nil || len(keys) > len(calls) { // repeats, or a group of several
 		calls, shared = lonesFirst(calls, dup)
 		keys = appendKeys(keys[:0], calls)
 	}
 	args := make([]any, 0, len(calls)+n)
-	for j, c := range calls {
+	i := 0 // keys[i] is c's first
+	for _, c := range calls {
 		if c.group == nil {
-			args = append(args, c.p.fast.boxed(c.now, c.n, c.op, shared != nil && shared[j]))
+			args = append(args, c.p.fast.boxed(c.now, c.n, c.op, shared != nil && shared[i]))
+			i++
 			continue
 		}
-		// A group's requests are decided on the call's states (see
-		// bucketBatch), so their arguments need not say.
 		args = append(args, "g"+strconv.Itoa(len(c.group)))
 		for _, m := range c.group {
-			args = append(args, m.p.fast.boxed(m.now, m.n, m.op, false))
+			args = append(args, m.p.fast.boxed(m.now, m.n, m.op, shared != nil && shared[i]))
+			i++
 		}
 	}
 	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
@@ -401,27 +402,29 @@ func repeats(keys []string) []bool {
 // lonesFirst returns calls in the order bucketBatch takes them best: first
 // the lone requests on keys that no other request of calls names, whose
 // states it reads with one MGET, then the others (requests on shared keys,
-// groups), each part in the order of calls; and for each call, in that
-// order, whether it is a lone request on a shared key. dup is repeats'
-// answer on calls' keys. A request's place among requests on other keys
+// groups), each part in the order of calls; and for each key of the
+// requests in that order (a group's members' in turn, see appendKeys),
+// whether another request names it too. dup is repeats' answer on calls'
+// keys, or nil for none. A request's place among requests on other keys
 // changes nothing: only the order of the requests on one key does.
 func lonesFirst(calls []*call, dup []bool) (ordered []*call, shared []bool) {
-	ordered, shared = make([]*call, 0, len(calls)), make([]bool, len(calls))
-	own := func(c *call, i int) bool { return c.group == nil && (dup == nil || !dup[i]) }
-	i := 0
+	n := 0
 	for _, c := range calls {
-		if own(c, i) {
-			ordered = append(ordered, c)
-		}
-		i += max(len(c.group), 1)
+		n += max(len(c.group), 1)
 	}
-	i = 0
-	for _, c := range calls {
-		if !own(c, i) {
-			shared[len(ordered)] = c.group == nil
-			ordered = append(ordered, c)
+	ordered, shared = make([]*call, 0, len(calls)), make([]bool, 0, n)
+	for _, own := range [...]bool{true, false} {
+		i := 0 // calls' first key in dup
+		for _, c := range calls {
+			k := max(len(c.group), 1)
+			if (c.group == nil && (dup == nil || !dup[i])) == own {
+				ordered = append(ordered, c)
+				for j := range k {
+					shared = append(shared, dup != nil && dup[i+j])
+				}
+			}
+			i += k
 		}
-		i += max(len(c.group), 1)
 	}
 	return ordered, shared
 }
