@@ -214,6 +214,21 @@ local function writeState(key, v, size, px)
   end
 end
 
+-- callNow is the server's TIME (µs) as this call first read it, or false
+-- before: callTime reads it once, and the decisions of one call are made
+-- at one instant, as decide.lua's are. bucketBatch and bucketOne start
+-- each call with none. A decision takes callNow when it is set, and calls
+-- serverTime (callTime, or timeMicros for a lone call) only when it is
+-- not: a Lua call costs Redis several hundred instructions, and most of a
+-- batch's decisions would make it just to read callNow. (Functions of the
+-- chunk's, rather than ones made for each call, which would leave Lua's
+-- collector one more object per call.)
+local callNow = false
+local function callTime()
+  if not callNow then callNow = timeMicros() end
+  return callNow
+end
+
 -- The argument that decideBucketKey unpacked last, and its ten numbers:
 -- the requests of one Policy with one cost on the server's clock (now -1)
 -- carry the same bytes, which Lua holds as one string, so each decision
@@ -253,7 +268,7 @@ local function decideBucketKey(key, arg, serverTime, seen, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local onServer = now < 0
-  if onServer then now = serverTime() end
+  if onServer then now = callNow or serverTime() end
 
   local s = seen[key]
   if not s then
@@ -312,7 +327,7 @@ local function decideBucketLone(key, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local onServer = now < 0
-  if onServer then now = serverTime() end
+  if onServer then now = callNow or serverTime() end
 
   -- A state that MGET read and that says the key has no override, the
   -- commonest, is parsed here; any other goes through readBucket.
@@ -391,7 +406,7 @@ local function decideWindowKey(key, arg, serverTime, seen, raw)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
-  if onServer then now = serverTime() end
+  if onServer then now = callNow or serverTime() end
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
 
@@ -433,7 +448,7 @@ local function decideWindowLone(key, arg, serverTime, raw)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
-  if onServer then now = serverTime() end
+  if onServer then now = callNow or serverTime() end
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
 
@@ -503,20 +518,10 @@ local function bucketFlush(seen)
   end
 end
 
--- callNow is the server's TIME (µs) as this call first read it, or false
--- before: callTime reads it once, and the decisions of one call are made
--- at one instant, as decide.lua's are. bucketBatch starts each call with
--- none. (A function of the chunk's, rather than one made for each call,
--- which would leave Lua's collector one more object per call.)
-local callNow = false
-local function callTime()
-  if not callNow then callNow = timeMicros() end
-  return callNow
-end
-
 -- bucketOne decides one request on the bucket or fixed window whose state
 -- is key: the fast path's function.
 local function bucketOne(key, arg)
+  callNow = false
   local r, err = decideFastKey(key, arg, timeMicros, nil)
   return r or err
 end
