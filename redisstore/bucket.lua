@@ -492,14 +492,15 @@ end
 
 -- decideFastKey decides one request of the fast path: a fixed window's
 -- or a bucket's, by the length of its argument, on the call's state of
--- its key in seen, or without (nil) on a key of its own.
-local function decideFastKey(key, arg, serverTime, seen)
+-- its key in seen, or without (nil) on a key of its own; raw is the key's
+-- value if the call read it already (see readBucket).
+local function decideFastKey(key, arg, serverTime, seen, raw)
   if #arg < BUCKET_ARG then
-    if seen then return decideWindowKey(key, arg, serverTime, seen) end
-    return decideWindowLone(key, arg, serverTime)
+    if seen then return decideWindowKey(key, arg, serverTime, seen, raw) end
+    return decideWindowLone(key, arg, serverTime, raw)
   end
-  if seen then return decideBucketKey(key, arg, serverTime, seen) end
-  return decideBucketLone(key, arg, serverTime)
+  if seen then return decideBucketKey(key, arg, serverTime, seen, raw) end
+  return decideBucketLone(key, arg, serverTime, raw)
 end
 
 -- bucketFlush writes the states in seen that decideFastKey changed, once
@@ -539,8 +540,9 @@ end
 -- a group is decided whole or not at all, as decide.lua decides it. A
 -- request on a key of its own (by its argument's length, see bucketBatch)
 -- whose state says the key has no override is decided on its own, as a
--- lone request (see decideGroup); any other's state is loaded in seen
--- (see loadState).
+-- lone request; any other's state is loaded in seen (see loadState), on
+-- which bucketBatch then decides it. A lone one's state is parsed twice,
+-- here and by its decision, which costs Redis less than loading it.
 local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
@@ -559,21 +561,12 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
       if s.ov then
         -- Only an override can send the group elsewhere (liveOverride).
         local now = sunpack('>d', arg)
-        if now < 0 then now = serverTime() end
+        if now < 0 then now = callNow or serverTime() end
         local _, here = liveOverride(s.ov, now, kind)
         if not here then return elsewhere(s.oraw) end
       end
     end
   end
-end
-
--- decideGroup decides the request of a group that checkGroup passed whose
--- key is key and argument arg (raw is the key's value as MGET read it):
--- on the call's state of its key, or on its own (see checkGroup).
-local function decideGroup(key, arg, serverTime, seen, raw)
-  if seen[key] then return decideFastKey(key, arg, serverTime, seen) end
-  if #arg == WINDOW_ARG then return decideWindowLone(key, arg, serverTime, raw) end
-  return decideBucketLone(key, arg, serverTime, raw)
 end
 
 -- groupSizes remembers the size of each group mark ("g<count>") that
@@ -641,7 +634,11 @@ local function bucketBatch(keys, argv)
       for j = 0, count - 1 do
         m = m + 1
         local d, err = r, nil
-        if not r then d, err = decideGroup(keys[k + j], argv[a + 1 + j], serverTime, seen, rest[k + j - base]) end
+        if not r then
+          local key = keys[k + j]
+          -- On the call's state of its key if checkGroup loaded it.
+          d, err = decideFastKey(key, argv[a + 1 + j], serverTime, seen[key] and seen, rest[k + j - base])
+        end
         out[m] = d or errRecord(err)
       end
       k, a = k + count, a + 1 + count

@@ -169,23 +169,29 @@ func TestBatchSharedKeys(t *testing.T) {
 						}
 						return d.Remaining
 					}
-					ds, errs, gds, gerr := st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
-					if gerr != nil {
-						t.Fatal(gerr)
-					}
-					for i, d := range ds {
-						if errs[i] != nil {
-							t.Fatal(errs[i])
+					// batch sends the keys and the group as one batch and
+					// checks what each request has left.
+					batch := func(what string, want, gwant []int64) {
+						t.Helper()
+						ds, errs, gds, gerr := st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
+						if gerr != nil {
+							t.Fatal(gerr)
 						}
-						if got := remaining(d); got != tt.want[i] {
-							t.Errorf("request %d (%s): remaining %d, want %d", i, tt.keys[i], got, tt.want[i])
+						for i, d := range ds {
+							if errs[i] != nil {
+								t.Fatal(errs[i])
+							}
+							if got := remaining(d); got != want[i] {
+								t.Errorf("%srequest %d (%s): remaining %d, want %d", what, i, tt.keys[i], got, want[i])
+							}
+						}
+						for i, d := range gds {
+							if got := remaining(d); got != gwant[i] {
+								t.Errorf("%sgroup's request %d (%s): remaining %d, want %d", what, i, tt.group[i], got, gwant[i])
+							}
 						}
 					}
-					for i, d := range gds {
-						if got := remaining(d); got != tt.gwant[i] {
-							t.Errorf("group's request %d (%s): remaining %d, want %d", i, tt.group[i], got, tt.gwant[i])
-						}
-					}
+					batch("", tt.want, tt.gwant)
 					// What the batch wrote: the next request on each key sees it.
 					for i, k := range tt.keys {
 						d, err := st.TakeBatch(ctx, pol, []string{k}, 1)
@@ -196,23 +202,7 @@ func TestBatchSharedKeys(t *testing.T) {
 							t.Errorf("then %s: remaining %d, want %d", k, got, tt.then[i])
 						}
 					}
-					ds, errs, gds, gerr = st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
-					if gerr != nil {
-						t.Fatal(gerr)
-					}
-					for i, d := range ds {
-						if errs[i] != nil {
-							t.Fatal(errs[i])
-						}
-						if got := remaining(d); got != tt.again[i] {
-							t.Errorf("again %d (%s): remaining %d, want %d", i, tt.keys[i], got, tt.again[i])
-						}
-					}
-					for i, d := range gds {
-						if got := remaining(d); got != tt.gagain[i] {
-							t.Errorf("again, group's request %d (%s): remaining %d, want %d", i, tt.group[i], got, tt.gagain[i])
-						}
-					}
+					batch("again, ", tt.again, tt.gagain)
 				})
 			}
 		}

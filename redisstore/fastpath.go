@@ -294,7 +294,7 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	keys := appendKeys(make([]string, 0, n), calls)
 	var shared []bool                                               // for each of keys: whether another request names it too
 	if dup := repeats(keys); dup != nil || len(keys) > len(calls) { // repeats, or a group of several
-		calls, shared = lonesFirst(calls, dup)
+		calls, shared = lonesFirst(calls, dup, n)
 		keys = appendKeys(keys[:0], calls)
 	}
 	args := make([]any, 0, len(calls)+n)
@@ -405,13 +405,9 @@ func repeats(keys []string) []bool {
 // groups), each part in the order of calls; and for each key of the
 // requests in that order (a group's members' in turn, see appendKeys),
 // whether another request names it too. dup is repeats' answer on calls'
-// keys, or nil for none. A request's place among requests on other keys
+// n keys, or nil for none. A request's place among requests on other keys
 // changes nothing: only the order of the requests on one key does.
-func lonesFirst(calls []*call, dup []bool) (ordered []*call, shared []bool) {
-	n := 0
-	for _, c := range calls {
-		n += max(len(c.group), 1)
-	}
+func lonesFirst(calls []*call, dup []bool, n int) (ordered []*call, shared []bool) {
 	ordered, shared = make([]*call, 0, len(calls)), make([]bool, 0, n)
 	for _, own := range [...]bool{true, false} {
 		i := 0 // calls' first key in dup
