@@ -130,10 +130,12 @@ end
 -- readBucket reads the bucket's state at key, with the key's override
 -- when the state does not say it has none, or takes raw, the key's value
 -- as MGET read it (false or nil: GET reads it, and tells a missing key
--- from one of another type, which MGET does not): it returns the override
+-- from one of another type, which MGET does not; true: the key holds
+-- nothing and has no override, see markAbsent): it returns the override
 -- (parsed and as stored, or false), the length of the key's value (0 for
 -- none), and the state (zeros for none); or nil and an error reply.
 local function readBucket(key, raw)
+  if raw == true then return false, false, 0, 0, 0, 0, 0, 0, 0 end
   if not raw then raw = rpcall('GET', key) end
   if not raw then
     local ov, oraw, err = readOverride(key)
@@ -150,6 +152,7 @@ end
 
 -- readWindow is readBucket for a fixed window's state.
 local function readWindow(key, raw)
+  if raw == true then return false, false, 0, 0, 0, 0, 0, 0 end
   if not raw then raw = rpcall('GET', key) end
   if not raw then
     local ov, oraw, err = readOverride(key)
@@ -332,7 +335,9 @@ local function decideBucketLone(key, arg, serverTime, raw)
   -- A state that MGET read and that says the key has no override, the
   -- commonest, is parsed here; any other goes through readBucket.
   local ov, oraw, size, tat, f, sr, last, skew, e, bare
-  if raw then
+  if raw == true then -- a new key without an override (see markAbsent)
+    ov, oraw, size, tat, f, sr, last, skew, e, bare = false, false, 0, 0, 0, 0, 0, 0, 0, true
+  elseif raw then
     tat, f, sr, last, skew, e, bare = parseBucket(raw)
     if bare then ov, oraw, size = false, false, #raw end
   end
@@ -455,7 +460,9 @@ local function decideWindowLone(key, arg, serverTime, raw)
   -- As in decideBucketLone: a state that MGET read and that says the key
   -- has no override is parsed here.
   local ov, oraw, size, s, se, count, last, skew, bare
-  if raw then
+  if raw == true then -- a new key without an override (see markAbsent)
+    ov, oraw, size, s, se, count, last, skew, bare = false, false, 0, 0, 0, 0, 0, 0, true
+  elseif raw then
     s, se, count, last, skew, bare = parseFixed(raw)
     if bare then ov, oraw, size = false, false, #raw end
   end
@@ -548,7 +555,10 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
     local key, arg = keys[k + j], argv[a + j]
     local size, raw = #arg, rest[k + j - base]
     local bare, _ = false, nil
-    if raw and size == WINDOW_ARG then
+    if raw == true then
+      -- A new key without an override (see markAbsent), of its own.
+      bare = size == WINDOW_ARG or size == BUCKET_ARG
+    elseif raw and size == WINDOW_ARG then
       _, _, _, _, _, bare = parseFixed(raw)
     elseif raw and size == BUCKET_ARG then
       _, _, _, _, _, _, bare = parseBucket(raw)
@@ -566,6 +576,35 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
         if not here then return elsewhere(s.oraw) end
       end
     end
+  end
+end
+
+-- absentKeys holds the keys that markAbsent asks about, filled from the
+-- start by each call (see records).
+local absentKeys = {}
+
+-- markAbsent takes vals, the values that MGET read of keys[base + 1] on,
+-- and when none of the keys at which it found no value (false) holds
+-- anything, and none of them has an override (one EXISTS of them all and
+-- their override keys), sets those values to true. Their decisions then
+-- take them for new states of keys without an override (see readBucket)
+-- without a GET of each key (which tells a missing key from one of
+-- another type, which MGET does not) and of its override key: a batch of
+-- new keys, a limit per client address say, makes one call to Redis for
+-- them rather than two each. When any of them holds something, each
+-- decision reads its own, as before.
+local function markAbsent(vals, keys, base)
+  local m = 0
+  for i = 1, #vals do
+    if not vals[i] then
+      local key = keys[base + i]
+      absentKeys[m + 1], absentKeys[m + 2] = key, sub(key, 1, -3) .. 'o' -- readOverride's key
+      m = m + 2
+    end
+  end
+  if m == 0 or call('EXISTS', unpack(absentKeys, 1, m)) ~= 0 then return end
+  for i = 1, #vals do
+    if not vals[i] then vals[i] = true end
   end
 end
 
@@ -609,7 +648,10 @@ local function bucketBatch(keys, argv)
     if size ~= BUCKET_ARG and size ~= WINDOW_ARG then break end
     lone = lone + 1
   end
-  if lone > 1 then pre = call('MGET', unpack(keys, 1, lone)) end
+  if lone > 1 then
+    pre = call('MGET', unpack(keys, 1, lone))
+    markAbsent(pre, keys, 0)
+  end
   -- seen, the states of keys that several requests name (see loadState):
   -- those requests and the groups all come after the lone ones, and a
   -- batch of keys of their own needs none.
@@ -629,7 +671,10 @@ local function bucketBatch(keys, argv)
         count = tonumber(sub(arg, 2))
         groupSizes[arg] = count
       end
-      if not rest then rest, base = call('MGET', unpack(keys, k)), k - 1 end
+      if not rest then
+        rest, base = call('MGET', unpack(keys, k)), k - 1
+        markAbsent(rest, keys, base)
+      end
       local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base)
       for j = 0, count - 1 do
         m = m + 1

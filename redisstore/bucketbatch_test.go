@@ -142,15 +142,7 @@ func TestBatchSharedKeys(t *testing.T) {
 			append(slices.Repeat([]int64{2}, 20), 1), nil, append(append(slices.Repeat([]int64{1}, 3), 0), append(slices.Repeat([]int64{1}, 16), -1)...),
 			append(append(slices.Repeat([]int64{0}, 3), -1), append(slices.Repeat([]int64{0}, 16), -1)...), nil},
 	} {
-		bucket, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
-		if err != nil {
-			t.Fatal(err)
-		}
-		window, err := core.NewWindow(core.Fixed, "fixed-window", 3, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, sp := range []core.Spec{bucket, window} {
+		for _, sp := range bucketAndWindow(t) {
 			for _, server := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/kind %d/server clock %v", tt.name, sp.Kind, server), func(t *testing.T) {
 					ctx := context.Background()
@@ -344,5 +336,135 @@ func TestStateReuse(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// bucketAndWindow returns the Specs of a token bucket of burst 3 and of a
+// fixed window of 3, both of an hour.
+func bucketAndWindow(t *testing.T) []core.Spec {
+	t.Helper()
+	bucket, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	window, err := core.NewWindow(core.Fixed, "fixed-window", 3, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []core.Spec{bucket, window}
+}
+
+// A batch of new keys, alone and in a group, is read with one EXISTS for
+// the lone keys and one for the group's, not with a GET of each key and
+// of its override key; a key holding foreign data or one with an override
+// among them sends them all the way of a key that holds something, and
+// each is still decided as it would be alone.
+func TestBatchNewKeys(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Start(t).Client(t)
+	calls := func(cmd string) int {
+		info := client.Info(ctx, "commandstats").Val()
+		_, after, ok := strings.Cut(info, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			return 0
+		}
+		n := 0
+		fmt.Sscanf(after, "%d", &n)
+		return n
+	}
+	for _, tt := range []struct {
+		name        string
+		keys, group []string
+		list        string // a key holding a list, or ""
+		override    string // a key with an override of 5, or ""
+		gets        bool   // the batch reads keys with GET
+	}{
+		{"new keys", []string{"a", "b", "c"}, []string{"d", "e"}, "", "", false},
+		{"a list among them", []string{"a", "list", "c"}, []string{"d", "e"}, "list", "", true},
+		{"an override among them", []string{"a", "b", "c"}, []string{"d", "o"}, "", "o", true},
+	} {
+		for _, sp := range bucketAndWindow(t) {
+			t.Run(fmt.Sprintf("%s/kind %d", tt.name, sp.Kind), func(t *testing.T) {
+				prefix := fmt.Sprintf("nk%d:", prefixes.Add(1))
+				st := newStore(t, client, &redisstore.Options{Prefix: prefix})
+				pol, err := st.Prepare([]core.Spec{sp})
+				if err != nil {
+					t.Fatal(err)
+				}
+				suffix := map[core.Kind]string{core.Bucket: "0b", core.Fixed: "0f"}[sp.Kind]
+				if tt.list != "" {
+					if err := client.LPush(ctx, prefix+"{"+tt.list+"}:"+suffix, "x").Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if tt.override != "" {
+					lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 3))
+					o := floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 5)}}
+					if sp.Kind == core.Fixed {
+						o.Limits = []floodgate.Limit{floodgate.FixedWindow(5, time.Hour)}
+					}
+					if err := lim.SetOverride(ctx, tt.override, o, floodgate.AsIs); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := client.ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				ds, errs, gds, gerr := st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
+				if gerr != nil {
+					t.Fatalf("group: %v", gerr)
+				}
+				check := func(k string, d core.Decision, err error) {
+					t.Helper()
+					switch {
+					case k == tt.list:
+						if !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), "wrong type") {
+							t.Errorf("%s: err = %v, want ErrStore with %q", k, err, "wrong type")
+						}
+					case err != nil:
+						t.Errorf("%s: %v", k, err)
+					case k == tt.override:
+						// As is: the 3 of the key's own limit, less 1.
+						if !d.Allowed || d.Remaining != 2 || len(d.Limits) != 1 {
+							t.Errorf("%s: %+v, want allowed with 2 remaining by its override", k, d)
+						}
+					case !d.Allowed || d.Remaining != 2 || len(d.Limits) != 0:
+						t.Errorf("%s: %+v, want allowed with 2 remaining", k, d)
+					}
+				}
+				for i, k := range tt.keys {
+					check(k, ds[i], errs[i])
+				}
+				for i, k := range tt.group {
+					check(k, gds[i], nil)
+				}
+				if gets := calls("get"); (gets > 0) != tt.gets {
+					t.Errorf("%d GETs, want some: %v", gets, tt.gets)
+				}
+				if n := calls("exists"); n != 2 {
+					t.Errorf("%d EXISTS, want 2 (the lone keys', the group's)", n)
+				}
+				if t.Failed() {
+					return
+				}
+				// And again, on the states the batch wrote.
+				ds, errs, gds, gerr = st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
+				if gerr != nil {
+					t.Fatalf("group again: %v", gerr)
+				}
+				for i, k := range slices.Concat(tt.keys, tt.group) {
+					d, err := core.Decision{}, error(nil)
+					if i < len(tt.keys) {
+						d, err = ds[i], errs[i]
+					} else {
+						d = gds[i-len(tt.keys)]
+					}
+					want := int64(1)
+					if k != tt.list && (err != nil || d.Remaining != want) {
+						t.Errorf("again, %s: %+v, %v; want %d remaining", k, d, err, want)
+					}
+				}
+			})
+		}
 	}
 }
