@@ -370,18 +370,23 @@ local function commit(nk, out, base, extra)
       refundLog(key, n, wb[i], wsk[i])
     else
       if wb[i] then call('ZREM', key, wb[i]) end
-      -- n members at time t, named t:j, after those already at t.
+      -- n members at time t, named t:j, after those already at t. A name
+      -- may be taken all the same: members of one time rank by name, and
+      -- a refund drops the last ranked (refundLog), which of ten or more
+      -- (t:9 after t:10) is not the latest named. So each ZADD adds only
+      -- names not taken (NX), and the units it could not add go on under
+      -- the names after, until all n are in: a name taken twice would
+      -- count one unit for two, and admit one too many.
       local ts = fmt(wa[i])
-      local have = call('ZCOUNT', key, ts, ts)
-      local args, j = {}, 0
-      while j < n do
-        j = j + 1
-        args[#args + 1] = ts
-        args[#args + 1] = ts .. ':' .. fmt(have + j)
-        if #args >= 1000 or j == n then
-          call('ZADD', key, unpack(args))
-          args = {}
+      local j, left = call('ZCOUNT', key, ts, ts), n
+      while left > 0 do
+        local args = {'NX'}
+        for _ = 1, min(left, 500) do
+          j = j + 1
+          args[#args + 1] = ts
+          args[#args + 1] = ts .. ':' .. fmt(j)
         end
+        left = left - call('ZADD', key, unpack(args))
       end
       if wsk[i] > 0 then call('ZADD', key, ts, '~' .. fmt(wsk[i])) end
       call('PEXPIRE', key, ttl)

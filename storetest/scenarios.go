@@ -257,6 +257,21 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			// Ten units or more at one instant, a refund of one, and a
+			// charge at that instant again: every unit counts once (a
+			// store that names each unit must not reuse a name the
+			// refund left taken), so the limit admits 20 and no more.
+			Name:   "sliding-log/refund-then-charge-at-one-instant",
+			Limits: []fg.Limit{fg.SlidingLog(20, minute)},
+			Steps: []Step{
+				{At: 0, N: 10, Want: ok(20, 10, minute)},
+				{At: 0, Op: Refund, N: 1, Want: ok(20, 11, minute)},
+				{At: 0, N: 1, Want: ok(20, 10, minute)},
+				{At: 0, N: 10, Want: ok(20, 0, minute)},
+				{At: 0, N: 1, Want: no(20, 0, minute, minute)},
+			},
+		},
+		{
 			// Settle corrects an estimate to the real cost: a refund of
 			// the difference, or a charge of it into debt, in quota-sized
 			// charges; the same cost settles nothing.
