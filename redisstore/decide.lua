@@ -171,14 +171,15 @@ local function writeKind(found, mode, kind)
 end
 
 -- refundLog drops the n newest units of the sliding log at key, and moves
--- its clock member (b), if any, to the newest unit left, as core's Commit
--- does.
-local function refundLog(key, n, clock, sk)
+-- its clock member (b), if any, to the newest unit left, with the skew it
+-- holds, as core's Commit does: a refund keeps the key's skew, even one
+-- that its step found grown.
+local function refundLog(key, n, clock)
   if clock then call('ZREM', key, clock) end
   call('ZREMRANGEBYRANK', key, -n, -1)
   if clock then
     local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if newest[2] then call('ZADD', key, newest[2], '~' .. fmt(sk)) end
+    if newest[2] then call('ZADD', key, newest[2], clock) end
   end
 end
 
@@ -367,7 +368,7 @@ local function commit(nk, out, base, extra)
       end
       ttls[key] = ttl
     elseif wmode == REFUND then
-      refundLog(key, n, wb[i], wsk[i])
+      refundLog(key, n, wb[i])
     else
       if wb[i] then call('ZREM', key, wb[i]) end
       -- n members at time t, named t:j, after those already at t. A name

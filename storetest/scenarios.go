@@ -257,6 +257,19 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			// A refund on a key whose clock stepped back again keeps the
+			// key's skew: its time line stands at its latest charge, as
+			// before the refund, until a charge records the longer step.
+			Name:   "sliding-log/refund-after-a-second-step-back",
+			Limits: []fg.Limit{fg.SlidingLog(5, minute)},
+			Steps: []Step{
+				{At: 2 * hr, N: 2, Want: ok(5, 3, minute)},
+				{At: hr, N: 1, Want: ok(5, 2, minute)},
+				{At: 0, Op: Refund, N: 1, Want: ok(5, 3, minute)},
+				{At: 30 * sec, N: 4, Want: no(5, 3, minute, minute)},
+			},
+		},
+		{
 			// Ten units or more at one instant, a refund of one, and a
 			// charge at that instant again: every unit counts once (a
 			// store that names each unit must not reuse a name the
