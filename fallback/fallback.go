@@ -439,7 +439,7 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 	})
 	if done {
 		if err == nil {
-			p.sync(ctx, key, n, &d)
+			p.sync(key, n, &d)
 		}
 		return d, err
 	}
@@ -493,8 +493,12 @@ func (p *policy) answer(ctx context.Context, key string, n int64, b *breaker) (c
 // and then whatever it holds beyond its share of the primary's remaining.
 // Then a switch to local answers starts from the primary's state, not
 // from a full bucket. It costs a memory-store decision or two per
-// decision of the primary.
-func (p *policy) sync(ctx context.Context, key string, n int64, d *core.Decision) {
+// decision of the primary. It takes no context: the primary has charged
+// by now, so a caller whose context ends as the answer comes back (an
+// Envoy deadline, say) must not leave the local share unsynced, and the
+// local store never waits.
+func (p *policy) sync(key string, n int64, d *core.Decision) {
+	ctx := context.Background()
 	if p.local != nil {
 		p.learn(ctx, key, d)
 	}
@@ -691,7 +695,7 @@ func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision
 	})
 	if done {
 		if err == nil {
-			p.sync(ctx, key, n, &d)
+			p.sync(key, n, &d)
 		}
 		return d, err
 	}

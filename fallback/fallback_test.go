@@ -35,6 +35,8 @@ type flaky struct {
 	floodgate.Store
 	mode  atomic.Int32
 	calls atomic.Int64
+	// answered, when set, runs after each Take the store answers.
+	answered func()
 }
 
 func (f *flaky) Prepare(limits []core.Spec) (core.Policy, error) {
@@ -68,7 +70,11 @@ func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decis
 	if err := p.fail(ctx); err != nil {
 		return core.Decision{}, err
 	}
-	return p.Policy.Take(ctx, key, n)
+	d, err := p.Policy.Take(ctx, key, n)
+	if p.f.answered != nil {
+		p.f.answered()
+	}
+	return d, err
 }
 
 func (p *flakyPolicy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
@@ -283,6 +289,30 @@ func TestCallerCancellation(t *testing.T) {
 	}
 	if s := f.store.Stats(); s.Failures != 0 || f.store.State() != fallback.Primary {
 		t.Errorf("a caller's cancellation counted as a failure: %+v, state %v", s, f.store.State())
+	}
+}
+
+// A decision of the primary reaches the local store even when its caller's
+// context ends as the answer comes back (an Envoy deadline, say): the
+// primary charged it, so after a switch the local store must not admit it
+// again.
+func TestSyncOutlivesCaller(t *testing.T) {
+	f := newFixture(t, fallback.Options{Threshold: 1})
+	lim := limiter(t, f.store, floodgate.FixedWindow(5, time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.primary.answered = cancel
+	if r, err := lim.AllowN(ctx, "k", 3); err != nil || !r.Allowed {
+		t.Fatalf("AllowN: %+v, %v", r, err)
+	}
+	f.primary.answered = nil
+	f.primary.mode.Store(int32(failing))
+	r, err := lim.AllowN(context.Background(), "k", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Allowed || r.Remaining != 2 || r.Source != floodgate.SourceLocal {
+		t.Errorf("local answer after the switch: %+v, want denied with 2 left, from the local store", r)
 	}
 }
 

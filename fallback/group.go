@@ -62,7 +62,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 		for i := range reqs {
 			reqs[i].Decision = sub[i].Decision
-			pols[i].sync(ctx, reqs[i].Key, reqs[i].N, &reqs[i].Decision)
+			pols[i].sync(reqs[i].Key, reqs[i].N, &reqs[i].Decision)
 		}
 		return nil
 	}
