@@ -64,7 +64,7 @@ end
 -- returns it parsed and as stored (false, false for none), or nil, nil
 -- and an error reply.
 local function readOverride(key)
-  local okey = sub(key, 1, -3) .. 'o'
+  local okey = overrideKey(key)
   local oraw = rpcall('GET', okey)
   if type(oraw) == 'table' and oraw.err then return nil, nil, wrongType(okey) end
   if not oraw then return false, false end
@@ -598,7 +598,7 @@ local function markAbsent(vals, keys, base)
   for i = 1, #vals do
     if not vals[i] then
       local key = keys[base + i]
-      absentKeys[m + 1], absentKeys[m + 2] = key, sub(key, 1, -3) .. 'o' -- readOverride's key
+      absentKeys[m + 1], absentKeys[m + 2] = key, overrideKey(key)
       m = m + 2
     end
   end

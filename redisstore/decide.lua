@@ -91,7 +91,7 @@ end
 -- is firstKey at now, false for none (or an expired one), or nil and an
 -- error reply.
 local function lookupOverride(firstKey, now)
-  local okey = stateBase(firstKey) .. 'o'
+  local okey = overrideKey(firstKey)
   local ov = overrides[okey]
   if ov == nil then
     local raw = rpcall('GET', okey)
@@ -620,7 +620,7 @@ local function makeCarry()
     local from, err = lookupOverride(base.keys[1], now)
     if from == nil then return err end
     local to = base
-    local okey = stateBase(base.keys[1]) .. 'o'
+    local okey = overrideKey(base.keys[1])
     local rebase = sub(raw, 1, 1) == '<'
     if rebase then
       -- Rebaser.Rebase: from the old limits "<"..raw to the Policy's,

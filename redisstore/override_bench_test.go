@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,16 +72,27 @@ func BenchmarkOverride(b *testing.B) {
 // scriptStats returns the mean usec_per_call of the script and function
 // calls since the last CONFIG RESETSTAT, and how many there were.
 func scriptStats(tb testing.TB, client redis.UniversalClient) (usecPerCall, calls float64) {
+	calls, usec := commandStats(tb, client, "evalsha", "fcall")
+	if calls == 0 {
+		return 0, 0
+	}
+	return usec / calls, calls
+}
+
+// commandStats returns how many calls of the named commands (lower case)
+// Redis made since the last CONFIG RESETSTAT, scripts' included, and the
+// microseconds they took.
+func commandStats(tb testing.TB, client redis.UniversalClient, names ...string) (calls, usec float64) {
 	info, err := client.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var usec float64
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_fcall:") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !slices.Contains(names, strings.TrimPrefix(name, "cmdstat_")) {
 			continue
 		}
-		for _, f := range strings.Split(strings.TrimSpace(line[strings.Index(line, ":")+1:]), ",") {
+		for _, f := range strings.Split(fields, ",") {
 			k, v, _ := strings.Cut(f, "=")
 			x, _ := strconv.ParseFloat(v, 64)
 			switch k {
@@ -91,10 +103,7 @@ func scriptStats(tb testing.TB, client redis.UniversalClient) (usecPerCall, call
 			}
 		}
 	}
-	if calls == 0 {
-		return 0, 0
-	}
-	return usec / calls, calls
+	return calls, usec
 }
 
 // A lone bucket's key overridden by another algorithm goes to decide.lua

@@ -365,6 +365,12 @@ local function stateBase(firstKey)
   return sub(firstKey, 1, -3)
 end
 
+-- overrideKey returns the key of the override of the key whose first
+-- state key is firstKey: "<prefix>{key}:o".
+local function overrideKey(firstKey)
+  return sub(firstKey, 1, -3) .. 'o'
+end
+
 -- parseOverride returns the limits of the override raw, as readSpec
 -- builds them, and their keys beside firstKey (see stateBase); nil if raw
 -- is not an override.
