@@ -91,7 +91,7 @@ type result struct {
 func main() {
 	duration := flag.Duration("duration", 5*time.Second, "length of each run of each cell")
 	runs := flag.Int("runs", 5, "runs of each cell; the table shows medians")
-	port := flag.Int("port", 46379, "loopback port for the redis-server this program starts")
+	port := flag.Int("port", 0, "loopback port for the redis-server this program starts (0: a free one)")
 	memKeys := flag.Int("memory-keys", 100000, "keys to fill for the bytes-per-key column; 0 to skip")
 	only := flag.String("only", "", "run only the loads whose name contains this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -702,7 +702,7 @@ func clusterScaling(dur time.Duration, runs int) {
 	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, masters := range []int{1, 3, 6} {
-		addrs, stop := procs.StartCluster(masters, 46500+10*masters)
+		addrs, stop := procs.StartCluster(masters)
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
 		fg := redisstore.New(cc, &redisstore.Options{Prefix: "fg:", DenialCache: true})
 		lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst))}, nil)

@@ -63,7 +63,7 @@ descriptors:
 func main() {
 	duration := flag.Duration("duration", 3*time.Second, "length of one run of one cell")
 	runs := flag.Int("runs", 3, "runs per service and cell; medians are reported")
-	port := flag.Int("port", 46390, "loopback port for the redis-server this program starts")
+	port := flag.Int("port", 0, "loopback port for the redis-server this program starts (0: a free one)")
 	flag.Parse()
 
 	// What this program starts is stopped on every way out: the end of

@@ -4,7 +4,10 @@ package procs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,44 +18,118 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// StartRedis starts a redis-server on the loopback port, keeping nothing
-// on disk, waits until it answers, and returns its address and a function
-// that stops it.
+// StartRedis starts a redis-server on the loopback port (0: a free one),
+// keeping nothing on disk, waits until it answers, and returns its address
+// and a function that stops it. It exits the program if the server that
+// answers on the port is not the one it started: a port already taken by
+// another redis-server would otherwise be measured, and written to, in
+// its place.
 func StartRedis(port int) (string, func()) {
-	dir, err := os.MkdirTemp("", "floodgate-bench")
+	if port == 0 {
+		port = FreePort()
+	}
+	addr, stop, err := startServer(port, "floodgate-bench")
 	if err != nil {
 		log.Fatal(err)
 	}
+	return addr, stop
+}
+
+// FreePort returns a loopback TCP port that nothing listened on a moment
+// ago, whose Redis Cluster bus port (10000 above it) is free too.
+func FreePort() int {
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			log.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if port+10000 > 65535 {
+			continue
+		}
+		if bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
+			bus.Close()
+			return port
+		}
+	}
+	log.Fatal("no free loopback port pair found")
+	return 0
+}
+
+// startServer starts a redis-server on the loopback port with extra
+// arguments, in a new temporary directory named after prefix, and waits
+// until it answers. It fails if the process exits, or if what answers on
+// the port is another process.
+func startServer(port int, prefix string, extra ...string) (string, func(), error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "log")}, extra...)
+	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
-		log.Fatalf("starting redis-server (install it: apt-get install redis-server): %v", err)
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("starting redis-server (install it: apt-get install redis-server): %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stop := func() {
+		cmd.Process.Kill()
+		<-exited
+		os.RemoveAll(dir)
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	for i := 0; i < 100 && c.Ping(context.Background()).Err() != nil; i++ {
+	for i := 0; ; i++ {
+		select {
+		case <-exited:
+			logged, _ := os.ReadFile(filepath.Join(dir, "log"))
+			os.RemoveAll(dir)
+			return "", nil, fmt.Errorf("redis-server on %s exited at start: %s", addr, strings.TrimSpace(string(logged)))
+		default:
+		}
+		if c.Ping(context.Background()).Err() == nil {
+			break
+		}
+		if i == 100 {
+			stop()
+			return "", nil, fmt.Errorf("redis-server on %s did not answer within 2s", addr)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return addr, func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) }
+	if pid, err := serverPID(c); err != nil || pid != cmd.Process.Pid {
+		stop()
+		return "", nil, fmt.Errorf("%s answers, but not as the redis-server started here (process %d, answering %d, %v): is the port taken?", addr, cmd.Process.Pid, pid, err)
+	}
+	return addr, stop, nil
 }
 
 // RedisPID returns the process ID of the redis-server at addr.
 func RedisPID(addr string) int {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	info, err := c.Info(context.Background(), "server").Result()
+	pid, err := serverPID(c)
 	if err != nil {
 		log.Fatal(err)
 	}
+	return pid
+}
+
+// serverPID returns the process_id that the server c talks to reports.
+func serverPID(c *redis.Client) (int, error) {
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		return 0, err
+	}
 	for _, line := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
-			pid, _ := strconv.Atoi(v)
-			return pid
+			return strconv.Atoi(v)
 		}
 	}
-	log.Fatal("redis-server did not say its process_id")
-	return 0
+	return 0, errors.New("redis-server did not say its process_id")
 }
 
 // CPU returns the user and system CPU time the process pid has used so
@@ -72,10 +149,10 @@ func CPU(pid int) time.Duration {
 }
 
 // StartCluster starts a Redis Cluster of masters redis-servers (no
-// replicas) on loopback ports from firstPort up, splits the 16384 slots
-// evenly among them, waits until every node reports cluster_state:ok,
-// and returns their addresses and a function that stops them all.
-func StartCluster(masters, firstPort int) ([]string, func()) {
+// replicas) on free loopback ports, splits the 16384 slots evenly among
+// them, waits until every node reports cluster_state:ok, and returns their
+// addresses and a function that stops them all.
+func StartCluster(masters int) ([]string, func()) {
 	var addrs []string
 	var stops []func()
 	stop := func() {
@@ -83,29 +160,21 @@ func StartCluster(masters, firstPort int) ([]string, func()) {
 			s()
 		}
 	}
-	for i := range masters {
-		port := firstPort + i
-		dir, err := os.MkdirTemp("", "floodgate-cluster")
+	for range masters {
+		addr, stopOne, err := startServer(FreePort(), "floodgate-cluster",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 		if err != nil {
+			stop()
 			log.Fatal(err)
 		}
-		cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--dir", dir, "--logfile", filepath.Join(dir, "log"))
-		if err := cmd.Start(); err != nil {
-			stop()
-			log.Fatalf("starting redis-server: %v", err)
-		}
-		stops = append(stops, func() { cmd.Process.Kill(); cmd.Wait(); os.RemoveAll(dir) })
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(port))
+		stops = append(stops, stopOne)
+		addrs = append(addrs, addr)
 	}
 	ctx := context.Background()
 	clients := make([]*redis.Client, masters)
 	for i, a := range addrs {
 		clients[i] = redis.NewClient(&redis.Options{Addr: a})
 		defer clients[i].Close()
-		for j := 0; j < 100 && clients[i].Ping(ctx).Err() != nil; j++ {
-			time.Sleep(20 * time.Millisecond)
-		}
 	}
 	for i, c := range clients {
 		if i > 0 {
