@@ -33,6 +33,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -77,6 +78,7 @@ type result struct {
 	decisions   int64
 	p50, p99    time.Duration
 	redisCPU    time.Duration // per decision
+	clientCPU   time.Duration // this program's, per decision
 	interleaved bool          // redisCPU was not measured
 	admitted    int64
 	exact       int64 // what an exact limiter admits on the same arrivals
@@ -252,8 +254,8 @@ func main() {
 	client.FlushAll(ctx)
 	ceiling := scriptCeiling(ctx, client, addr)
 	var fgAt64 []string // floodgate's 64-goroutine rows against the ceiling
-	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | ratio | admitted / exact | exact at call starts … ends | admitted / ideal |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| load | limiter | decisions/s | p50 | p99 | Redis CPU per decision | client CPU per decision | ratio | admitted / exact | exact at call starts … ends | admitted / ideal |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, sc := range scenarios {
 		if !strings.Contains(sc.name, *only) {
 			continue
@@ -287,13 +289,15 @@ func main() {
 			for j := range peers {
 				i := (r + j) % len(peers)
 				p := peers[i]
-				var cpu0 time.Duration
+				var cpu0, own0 time.Duration
 				if p.redis {
 					client.FlushAll(ctx)
 					cpu0 = redisCPU(ctx, client)
 				}
 				d := p.make(sc.rate, time.Second, sc.burst)
+				own0 = ownCPU()
 				rs := track(peers[i:i+1], func() []result { return []result{run(d, sc, *duration)} })[0]
+				rs.clientCPU = (ownCPU() - own0) / time.Duration(max(rs.decisions, 1))
 				if p.redis {
 					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
 				}
@@ -306,12 +310,15 @@ func main() {
 		}
 		for i, p := range peers {
 			m := median(res[i])
-			p50, p99, cpu := "-", "-", "-"
+			p50, p99, cpu, own := "-", "-", "-", "-"
 			if m.latMeasured {
 				p50, p99 = fmtDur(m.p50), fmtDur(m.p99)
 				if !m.interleaved {
 					cpu = fmt.Sprintf("%.1fµs", float64(m.redisCPU)/float64(time.Microsecond))
 				}
+			}
+			if !m.interleaved {
+				own = fmt.Sprintf("%.2fµs", float64(m.clientCPU)/float64(time.Microsecond))
 			}
 			band := "-"
 			if m.exactHi > 0 {
@@ -322,7 +329,7 @@ func main() {
 				}
 				band = fmt.Sprintf("%d … %d (%s)", m.exactLo, m.exactHi, within)
 			}
-			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %.2f× | %d / %d (%.1f%%) | %s | %.1f%% |\n", sc.name, p.name, m.perSec, p50, p99, cpu,
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %s | %.2f× | %d / %d (%.1f%%) | %s | %.1f%% |\n", sc.name, p.name, m.perSec, p50, p99, cpu, own,
 				m.perSec/base, m.admitted, m.exact, 100*float64(m.admitted)/float64(m.exact), band, 100*float64(m.admitted)/float64(m.ideal))
 		}
 	}
@@ -526,6 +533,7 @@ func median(rs []result) result {
 	m.p50 = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.p50) }))
 	m.p99 = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.p99) }))
 	m.redisCPU = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.redisCPU) }))
+	m.clientCPU = time.Duration(medianOf(rs, func(r result) float64 { return float64(r.clientCPU) }))
 	// Admitted, exact and ideal stay together, from the median-throughput run.
 	i := slices.IndexFunc(rs, func(r result) bool { return r.perSec == m.perSec })
 	m.admitted, m.exact, m.ideal = rs[i].admitted, rs[i].exact, rs[i].ideal
@@ -540,6 +548,17 @@ func medianOf(rs []result, f func(result) float64) float64 {
 	}
 	slices.Sort(v)
 	return v[len(v)/2]
+}
+
+// ownCPU returns the CPU time this process has used so far, user and
+// system: the limiter's client side, with the load's own work, which is
+// the same for every peer.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		log.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisCPU returns the CPU time the redis-server process has used so far,
