@@ -98,6 +98,7 @@ func main() {
 	only := flag.String("only", "", "run only the loads whose name contains this")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	inflight := flag.Int("inflight", 0, "floodgate's MaxInflight (0: its default)")
+	goroutines := flag.String("goroutines", "1,8,64", "the concurrency levels of the Redis loads on one key and on 10,000 keys, comma-separated")
 	cluster := flag.Bool("cluster", false, "only measure Redis Clusters of 1, 3 and 6 masters at 64 goroutines on 10,000 keys")
 	flag.Parse()
 	if *cpuprofile != "" {
@@ -219,8 +220,16 @@ func main() {
 	// the limit refilled (about 1.33M/s over 3s, in every run): the cell
 	// measured the limit, not the lease.
 	const open, openBurst = 1_000_000, 1_000_000_000
+	var levels []int
+	for _, f := range strings.Split(*goroutines, ",") {
+		g, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || g < 1 {
+			log.Fatalf("-goroutines: %q is not a positive number", f)
+		}
+		levels = append(levels, g)
+	}
 	var scenarios []scenario
-	for _, g := range []int{1, 8, 64} {
+	for _, g := range levels {
 		for _, k := range []int{1, 10000} {
 			scenarios = append(scenarios, scenario{fmt.Sprintf("%d goroutines, %d key(s)", g, k), g, k, 0, open, openBurst, false, false})
 		}
