@@ -67,8 +67,8 @@ const (
 // worker to wake; calls that arrive while there is no room queue, and the
 // next free worker sends everything queued in one script call. There is
 // room while fewer than maxInflight script calls are in flight, and fewer
-// than half as many while the script calls that go out carry smallBatch
-// calls or more (see room). On a Cluster, where only calls for one slot
+// than a quarter as many (but two) while the script calls that go out
+// carry smallBatch calls or more (see room). On a Cluster, where only calls for one slot
 // can share a script call, each slot queues on its own instead (see
 // doSlot).
 type batcher struct {
@@ -96,12 +96,15 @@ type batcher struct {
 }
 
 // smallBatch is the batch size below which the batcher lets maxInflight
-// script calls out, rather than half as many. Measured with 8 and 64
-// goroutines deciding on 10,000 keys of one local redis-server (see
-// Options.MaxInflight): at 8, batches are of two decisions with two
-// script calls in flight and of 1.5 with four, and four made 1.2 times
-// the decisions of two; at 64, two made batches of 19 and 1.09 times the
-// decisions of four, which made batches of 10.
+// script calls out, rather than a quarter as many. Measured with 8 to 64
+// goroutines deciding on 10,000 keys of one local redis-server on a
+// 2-core VM (bench's redisbench -goroutines, see Options.MaxInflight): at
+// 8, eight calls in flight carried one decision each and made 1.04-1.08
+// times the decisions of four, whose batches were of 1.6, and four made
+// 1.2 times those of two; at 16, eight (batches of 1.7) and four (2.8)
+// decided about alike; at 32 and 64, two in flight, with batches of 7 and
+// 13, decided as many as three or four, and on a slower VM two made 1.09
+// times the decisions of four at 64.
 const smallBatch = 4
 
 func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration) *batcher {
@@ -170,9 +173,10 @@ func (c *call) wait() {
 }
 
 // room reports whether another script call may go out now: fewer than
-// maxInflight are in flight, and fewer than half as many (rounded up) if
-// the script calls that went out lately carried smallBatch calls or more.
-// b.mu is held.
+// maxInflight are in flight, and, if the script calls that went out lately
+// carried smallBatch calls or more, fewer than a quarter as many (rounded
+// up), or two, whichever is more (never more than maxInflight). b.mu is
+// held.
 //
 // Batches that large mean that many decisions wait: Redis, or the CPU
 // that the client shares with it, is then the bottleneck, and each
@@ -183,7 +187,7 @@ func (c *call) wait() {
 func (b *batcher) room() bool {
 	limit := b.maxInflight
 	if b.size >= smallBatch<<8 {
-		limit = (limit + 1) / 2
+		limit = min(limit, max(2, (limit+3)/4)) // 8 → 2, 16 → 4
 	}
 	return b.inflight < limit
 }

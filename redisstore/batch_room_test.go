@@ -3,8 +3,8 @@ package redisstore
 import "testing"
 
 // TestBatcherRoom holds the batcher to maxInflight script calls in flight
-// while its batches are small, and to half as many, rounded up, while
-// they carry smallBatch calls or more.
+// while its batches are small, and to a quarter as many, rounded up, but
+// two, while they carry smallBatch calls or more.
 func TestBatcherRoom(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -14,17 +14,24 @@ func TestBatcherRoom(t *testing.T) {
 		want        bool
 	}{
 		{"idle", 4, 0, 0, true},
+		{"default, small batches, below the cap", 8, 1, 7, true},
+		{"default, small batches, at the cap", 8, 1, 8, false},
+		{"default, large batches, below two", 8, 13, 1, true},
+		{"default, large batches, at two", 8, 13, 2, false},
+		{"sixteen, large batches, below a quarter", 16, 13, 3, true},
+		{"sixteen, large batches, at a quarter", 16, 13, 4, false},
 		{"small batches, below the cap", 4, 1, 3, true},
 		{"small batches, at the cap", 4, 2, 4, false},
 		{"just below smallBatch", 4, smallBatch - 1, 3, true},
-		{"large batches, below half", 4, 19, 1, true},
-		{"large batches, at half", 4, 19, 2, false},
-		{"at smallBatch, at half", 4, smallBatch, 2, false},
-		{"odd cap rounds half up", 3, 19, 1, true},
-		{"odd cap, at half", 3, 19, 2, false},
+		{"large batches, below two", 4, 19, 1, true},
+		{"large batches, at two", 4, 19, 2, false},
+		{"at smallBatch, at two", 4, smallBatch, 2, false},
+		{"three, large batches: two", 3, 19, 1, true},
+		{"three, large batches, at two", 3, 19, 2, false},
 		{"one in flight at most", 1, 1, 1, false},
 		{"one in flight at most, none yet", 1, 19, 0, true},
-		{"two, large batches: one", 2, 19, 1, false},
+		{"two, large batches: still two", 2, 19, 1, true},
+		{"two, large batches, at two", 2, 19, 2, false},
 		{"two, small batches: two", 2, 1, 1, true},
 	}
 	for _, tt := range tests {

@@ -61,19 +61,21 @@ type Options struct {
 	// caller. Results are the same either way.
 	DisableBatching bool
 	// MaxInflight is how many script calls (batches) may be in flight at
-	// once on a standalone server. Default: 4. While the script calls carry
-	// 4 requests or more on average (a group counting as one), half as many
-	// (rounded up) go out: batches that large mean that many decisions wait,
-	// Redis (or the CPU the client shares with it) is the bottleneck, each
-	// script call costs about as much as a few decisions, and with one call
-	// for Redis to run while the client reads the other's reply and the next
-	// batch gathers, a busy Redis stays busy with the fewest, largest
-	// batches. With smaller batches the wait is the round trip, and more
-	// calls in parallel shorten it. More also helps where the network is
-	// slow and Redis idle. On a Cluster each slot has one script call in
-	// flight at a time, and the calls for a slot that arrive meanwhile go
-	// together in its next one, so a slow master holds up only its own
-	// slots.
+	// once on a standalone server. Default: 8, so that up to eight
+	// concurrent callers each have a script call of their own and wait
+	// only for their round trip. While the script calls carry 4 requests or
+	// more on average (a group counting as one), a quarter as many
+	// (rounded up), but at least 2, go out: batches that large mean that
+	// many decisions wait, Redis (or the CPU the client shares with it) is
+	// the bottleneck, each script call costs about as much as a few
+	// decisions, and with one call for Redis to run while the client reads
+	// the other's reply and the next batch gathers, a busy Redis stays
+	// busy with the fewest, largest batches. With smaller batches the wait
+	// is the round trip, and more calls in parallel shorten it. More also
+	// helps where the network is slow and Redis idle. On a Cluster each
+	// slot has one script call in flight at a time, and the calls for a
+	// slot that arrive meanwhile go together in its next one, so a slow
+	// master holds up only its own slots.
 	MaxInflight int
 	// MaxBatch is the most decisions in one batch. Default: 128.
 	MaxBatch int
@@ -204,7 +206,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	}
 	if !o.DisableBatching {
 		if o.MaxInflight <= 0 {
-			o.MaxInflight = 4
+			o.MaxInflight = 8
 		}
 		if o.MaxBatch <= 0 {
 			o.MaxBatch = 128
