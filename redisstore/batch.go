@@ -68,9 +68,9 @@ const (
 // next free worker sends everything queued in one script call. There is
 // room while fewer than maxInflight script calls are in flight, and fewer
 // than a quarter as many (but two) while the script calls that go out
-// carry smallBatch calls or more (see room). On a Cluster, where only calls for one slot
-// can share a script call, each slot queues on its own instead (see
-// doSlot).
+// carry smallBatch calls or more (see room). On a Cluster, where only
+// calls for one slot can share a script call, each slot queues on its own
+// instead (see doSlot).
 type batcher struct {
 	s           *Store
 	maxInflight int

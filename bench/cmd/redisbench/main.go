@@ -33,7 +33,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -298,15 +297,15 @@ func main() {
 			for j := range peers {
 				i := (r + j) % len(peers)
 				p := peers[i]
-				var cpu0, own0 time.Duration
+				var cpu0 time.Duration
 				if p.redis {
 					client.FlushAll(ctx)
 					cpu0 = redisCPU(ctx, client)
 				}
 				d := p.make(sc.rate, time.Second, sc.burst)
-				own0 = ownCPU()
+				own0 := procs.CPU(os.Getpid()) // the limiter's client side, with the load's own work
 				rs := track(peers[i:i+1], func() []result { return []result{run(d, sc, *duration)} })[0]
-				rs.clientCPU = (ownCPU() - own0) / time.Duration(max(rs.decisions, 1))
+				rs.clientCPU = (procs.CPU(os.Getpid()) - own0) / time.Duration(max(rs.decisions, 1))
 				if p.redis {
 					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
 				}
@@ -557,17 +556,6 @@ func medianOf(rs []result, f func(result) float64) float64 {
 	}
 	slices.Sort(v)
 	return v[len(v)/2]
-}
-
-// ownCPU returns the CPU time this process has used so far, user and
-// system: the limiter's client side, with the load's own work, which is
-// the same for every peer.
-func ownCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		log.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisCPU returns the CPU time the redis-server process has used so far,
