@@ -109,6 +109,8 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	logx.Disable()
+	stolen := procs.ReadStolen()
+	defer func() { fmt.Printf("\n%s\n", stolen.Note()) }()
 
 	if *cluster {
 		clusterScaling(*duration, *runs)

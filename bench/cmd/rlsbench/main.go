@@ -88,6 +88,8 @@ func main() {
 		os.Exit(1)
 	}()
 
+	stolen := procs.ReadStolen()
+	defer func() { fmt.Printf("\n%s\n", stolen.Note()) }()
 	redisAddr, stopRedis := procs.StartRedis(*port)
 	stops.add(stopRedis)
 	dir, err := os.MkdirTemp("", "rlsbench")

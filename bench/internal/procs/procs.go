@@ -148,6 +148,52 @@ func CPU(pid int) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
+// Stolen is a reading of the machine's CPU time: what every CPU spent,
+// and the part of it that the hypervisor gave to other guests (steal), in
+// clock ticks since boot, from /proc/stat.
+type Stolen struct{ Total, Steal int64 }
+
+// ReadStolen reads the machine's CPU time so far. On a machine that is
+// not a guest, or without /proc, steal is 0.
+func ReadStolen() Stolen {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return Stolen{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var r Stolen
+	// cpu user nice system idle iowait irq softirq steal guest guest_nice:
+	// guest time is part of user time already.
+	for i, v := range strings.Fields(line)[1:] {
+		if i >= 8 {
+			break
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		r.Total += n
+		if i == 7 {
+			r.Steal = n
+		}
+	}
+	return r
+}
+
+// Since returns the share of the machine's CPU time since the earlier
+// reading s that the hypervisor gave to others: above a few percent, the
+// host is busy, and the timings of the runs between move with it.
+func (s Stolen) Since() float64 {
+	now := ReadStolen()
+	if now.Total <= s.Total {
+		return 0
+	}
+	return float64(now.Steal-s.Steal) / float64(now.Total-s.Total)
+}
+
+// Note is the line the comparison programs end with: the share of the
+// machine's CPU time that the hypervisor gave to others since s.
+func (s Stolen) Note() string {
+	return fmt.Sprintf("The host took %.1f%% of this machine's CPU time during the runs (steal, /proc/stat): above a few percent, the timings move with the host's load as well as with the code.", 100*s.Since())
+}
+
 // StartCluster starts a Redis Cluster of masters redis-servers (no
 // replicas) on free loopback ports, splits the 16384 slots evenly among
 // them, waits until every node reports cluster_state:ok, and returns their
