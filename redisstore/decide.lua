@@ -206,6 +206,11 @@ local function stepFixed(sp, key, now, n, i, mode)
   if found == nil then return nil, s end
   local allowed, remaining, retry, reset, start, stop, c, t, sk, hold = decideFixed(found, s, se, count, last, skew,
     now, n, sp.quota, sp.period, sp.c0, sp.c1, sp.c2, mode)
+  -- A refund that empties the window leaves its limit full at once (reset
+  -- 0), but the key still outlives the window: the fast path keeps a
+  -- window key's expiry for the later charges of the same window
+  -- (windowExpiry in bucket.lua), which would otherwise expire with it.
+  if c == 0 then hold = max(hold, stop - t) end
   pending(i, writeKind(found, mode, 'SET'), key, start, stop, c, t, sk, hold, found and sk > skew)
   return allowed, remaining, retry, reset
 end

@@ -404,6 +404,50 @@ func TestOverrideMarksBucket(t *testing.T) {
 	}
 }
 
+// TestRefundKeepsWindowKey empties a fixed window with a refund, then
+// charges it again: the key keeps its state until the window ends. A
+// refund that leaves the count at 0 makes the limit full at once (reset
+// 0), and decide.lua gave the key an expiry of 1ms; the fast path keeps a
+// window key's expiry for later charges in the same window, so those
+// charges vanished a millisecond later and the window admitted them
+// again (found by TestOverrideMarksBucket on a loaded machine, where a
+// carry's refund did the same).
+func TestRefundKeepsWindowKey(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	lim := limiter(t, newStore(t, client, &redisstore.Options{Prefix: "rk:"}), floodgate.FixedWindow(3, time.Hour))
+	key := "rk:{k}:0f"
+	// least is the least expiry the key must have: the time left in the
+	// window on the server's clock, up to a second.
+	least := func() time.Duration {
+		now, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return min(now.Truncate(time.Hour).Add(time.Hour).Sub(now)/2, time.Second)
+	}
+	for i, step := range []struct {
+		name string
+		do   func() (floodgate.Result, error)
+	}{
+		{"allow", func() (floodgate.Result, error) { return lim.Allow(ctx, "k") }},
+		{"refund to 0", func() (floodgate.Result, error) { return lim.Refund(ctx, "k", 1) }},
+		{"allow again", func() (floodgate.Result, error) { return lim.Allow(ctx, "k") }},
+		{"allow once more", func() (floodgate.Result, error) { return lim.Allow(ctx, "k") }},
+	} {
+		if _, err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if ttl, l := client.PTTL(ctx, key).Val(), least(); ttl < l {
+			t.Fatalf("after %s (step %d): the key expires in %v, before its window ends (want %v at least)", step.name, i, ttl, l)
+		}
+	}
+	if r, err := lim.Peek(ctx, "k"); err != nil || r.Remaining != 1 {
+		t.Fatalf("after a refund and two charges: %+v, %v; want 1 remaining", r, err)
+	}
+}
+
 // bucketState is a bucket's state in the binary form (see parseBucket in
 // prelude.lua): tat, d and e, then f, R and skew if given.
 func bucketState(tat, d, e int64, long ...int64) string {
