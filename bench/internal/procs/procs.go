@@ -161,37 +161,31 @@ func ReadStolen() Stolen {
 		return Stolen{}
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	// cpu user nice system idle iowait irq softirq steal [guest guest_nice]:
+	// guest time is counted in user time already.
+	f := strings.Fields(line)
+	if len(f) < 9 {
+		return Stolen{}
+	}
 	var r Stolen
-	// cpu user nice system idle iowait irq softirq steal guest guest_nice:
-	// guest time is part of user time already.
-	for i, v := range strings.Fields(line)[1:] {
-		if i >= 8 {
-			break
-		}
+	for _, v := range f[1:9] {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		r.Total += n
-		if i == 7 {
-			r.Steal = n
-		}
 	}
+	r.Steal, _ = strconv.ParseInt(f[8], 10, 64)
 	return r
 }
 
-// Since returns the share of the machine's CPU time since the earlier
-// reading s that the hypervisor gave to others: above a few percent, the
-// host is busy, and the timings of the runs between move with it.
-func (s Stolen) Since() float64 {
-	now := ReadStolen()
-	if now.Total <= s.Total {
-		return 0
-	}
-	return float64(now.Steal-s.Steal) / float64(now.Total-s.Total)
-}
-
 // Note is the line the comparison programs end with: the share of the
-// machine's CPU time that the hypervisor gave to others since s.
+// machine's CPU time since the reading s that the hypervisor gave to
+// others. Above a few percent the host is busy, and the timings of the
+// runs move with it.
 func (s Stolen) Note() string {
-	return fmt.Sprintf("The host took %.1f%% of this machine's CPU time during the runs (steal, /proc/stat): above a few percent, the timings move with the host's load as well as with the code.", 100*s.Since())
+	now, share := ReadStolen(), 0.0
+	if now.Total > s.Total {
+		share = float64(now.Steal-s.Steal) / float64(now.Total-s.Total)
+	}
+	return fmt.Sprintf("The host took %.1f%% of this machine's CPU time during the runs (steal, /proc/stat): above a few percent, the timings move with the host's load as well as with the code.", 100*share)
 }
 
 // StartCluster starts a Redis Cluster of masters redis-servers (no
