@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +178,10 @@ var descriptors = []func(r *rand.Rand) *rlcommon.RateLimitDescriptor{
 		return desc("tier", []string{"low", "high"}[r.IntN(2)])
 	},
 	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("unknown", "x") },
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		// Longer than a store key: a path or header as Envoy sends it.
+		return desc("remote_address", strings.Repeat("a", 2000)+fmt.Sprint(r.IntN(2)))
+	},
 	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		d := desc("remote_address", fmt.Sprintf("10.9.0.%d", r.IntN(2)))
 		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR}

@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"regexp"
@@ -382,7 +384,12 @@ func entries(es []*rlcommon.RateLimitDescriptor_Entry) []config.Entry {
 // "e<len>:<domain>" and each entry's "<len>:<key><len>:<value>", with
 // the value replaced by the share_threshold wildcard where shared says.
 // The lengths make it unambiguous; rule keys start with "r", redis-cell's
-// with "cell:".
+// with "cell:". A key longer than a store takes (floodgate.MaxKeyLen) is
+// "E" and the SHA-256 of it in hex instead: descriptors come from the
+// requests that Envoy limits, so a client could otherwise send a path or
+// header long enough to make the decision fail, which Envoy answers by
+// letting the request through (its failure_mode_deny is off by default);
+// envoyproxy/ratelimit counts such descriptors like any other.
 func envoyKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry, shared []string) string {
 	b := make([]byte, 0, 64)
 	b = append(b, 'e')
@@ -401,6 +408,10 @@ func envoyKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry, shared []
 		b = strconv.AppendInt(b, int64(len(v)), 10)
 		b = append(b, ':')
 		b = append(b, v...)
+	}
+	if len(b) > floodgate.MaxKeyLen {
+		sum := sha256.Sum256(b)
+		return "E" + hex.EncodeToString(sum[:])
 	}
 	return string(b)
 }

@@ -91,6 +91,7 @@ func short(s *rls.RateLimitResponse_DescriptorStatus) status {
 }
 
 func TestShouldRateLimit(t *testing.T) {
+	long := strings.Repeat("x", floodgate.MaxKeyLen)
 	minuteLeft := int64(60 - storetest.Base.Add(10*time.Second).Unix()%60)
 	hourLeft := int64(3600 - storetest.Base.Add(10*time.Second).Unix()%3600)
 	for _, tc := range []struct {
@@ -132,6 +133,20 @@ func TestShouldRateLimit(t *testing.T) {
 			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}, {rpu: 1, remaining: 2, reset: 1}}},
 		{name: "the descriptor's own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
 			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
+			want: []status{{rpu: 10, remaining: 9, reset: hourLeft}}},
+		// Descriptors longer than a store key (floodgate.MaxKeyLen) are
+		// counted like any other, apart from each other: a request must
+		// not get past its limit by making its decision fail.
+		{name: "a long value, twice", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}}},
+			want: []status{{rpu: 2, remaining: 0, reset: minuteLeft}}},
+		{name: "two long values", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"b")}}},
+			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}}},
+		{name: "a long key with its own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc(long, "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
 			want: []status{{rpu: 10, remaining: 9, reset: hourLeft}}},
 		{name: "atomic: over on one, none charged", atomic: true, reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
