@@ -43,7 +43,9 @@ type Request struct {
 // concurrent requests see all of its charges or none. Otherwise the
 // requests are decided one after another and an undone group is refunded
 // afterwards: the Results are the same, but others may see the charges for
-// that moment.
+// that moment. A group of any size is one step, so on Redis a large one
+// holds the server for its whole script call (some µs a request): keep
+// groups to the requests of one call.
 //
 // Its errors are AllowN's, for the first request that has one (a nil
 // Limiter is ErrInvalidLimit); on an error no Result is to be used.

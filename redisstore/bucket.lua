@@ -583,6 +583,35 @@ end
 -- start by each call (see records).
 local absentKeys = {}
 
+-- UNPACK_MAX is the most keys that one command of a call names: Lua
+-- passes a command's arguments on its C stack, which holds about 8,000
+-- (LUAI_MAXCSTACK), so a batch of more keys (a group of thousands, say,
+-- an Envoy request of as many descriptors) is read in parts of it.
+local UNPACK_MAX = 1000
+
+-- mget returns the values of keys[from] to keys[to], in order, as one
+-- MGET of them returns them: in parts of UNPACK_MAX keys when there are
+-- more.
+local function mget(keys, from, to)
+  if to - from < UNPACK_MAX then return call('MGET', unpack(keys, from, to)) end
+  local vals, n = {}, 0
+  for i = from, to, UNPACK_MAX do
+    local part = call('MGET', unpack(keys, i, min(i + UNPACK_MAX - 1, to)))
+    for j = 1, #part do vals[n + j] = part[j] end
+    n = n + #part
+  end
+  return vals
+end
+
+-- anyExists reports whether any of keys[1] to keys[m] exists, as one
+-- EXISTS of them would, in parts of UNPACK_MAX keys when there are more.
+local function anyExists(keys, m)
+  for i = 1, m, UNPACK_MAX do
+    if call('EXISTS', unpack(keys, i, min(i + UNPACK_MAX - 1, m))) ~= 0 then return true end
+  end
+  return false
+end
+
 -- markAbsent takes vals, the values that MGET read of keys[base + 1] on,
 -- and when none of the keys at which it found no value (false) holds
 -- anything, and none of them has an override (one EXISTS of them all and
@@ -602,7 +631,7 @@ local function markAbsent(vals, keys, base)
       m = m + 2
     end
   end
-  if m == 0 or call('EXISTS', unpack(absentKeys, 1, m)) ~= 0 then return end
+  if m == 0 or anyExists(absentKeys, m) then return end
   for i = 1, #vals do
     if not vals[i] then vals[i] = true end
   end
@@ -649,7 +678,7 @@ local function bucketBatch(keys, argv)
     lone = lone + 1
   end
   if lone > 1 then
-    pre = call('MGET', unpack(keys, 1, lone))
+    pre = mget(keys, 1, lone)
     markAbsent(pre, keys, 0)
   end
   -- seen, the states of keys that several requests name (see loadState):
@@ -672,7 +701,7 @@ local function bucketBatch(keys, argv)
         groupSizes[arg] = count
       end
       if not rest then
-        rest, base = call('MGET', unpack(keys, k)), k - 1
+        rest, base = mget(keys, k, #keys), k - 1
         markAbsent(rest, keys, base)
       end
       local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base)
