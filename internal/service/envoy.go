@@ -105,6 +105,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest
 	if len(req.GetDescriptors()) == 0 {
 		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrBadRequest)
 	}
+	if n := len(req.Descriptors); n > MaxDescriptors {
+		return nil, fmt.Errorf("%w: rate limit descriptor list holds %d descriptors, more than the maximum %d", ErrBadRequest, n, MaxDescriptors)
+	}
 	rs := s.rules.Load()
 	dom := rs.domains[req.Domain]
 	cp := s.checks.Get(len(req.Descriptors))

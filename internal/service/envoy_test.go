@@ -210,6 +210,7 @@ func TestShouldRateLimitBadInput(t *testing.T) {
 	}{
 		{&rls.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}, "rate limit domain must not be empty"},
 		{&rls.RateLimitRequest{Domain: "web"}, "rate limit descriptor list must not be empty"},
+		{&rls.RateLimitRequest{Domain: "web", Descriptors: make([]*rlcommon.RateLimitDescriptor, service.MaxDescriptors+1)}, "holds 1001 descriptors, more than the maximum 1000"},
 		{&rls.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, "no valid unit"},
 	} {
 		_, err := svc.ShouldRateLimit(context.Background(), tc.req)

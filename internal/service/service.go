@@ -33,6 +33,12 @@ var (
 // keys are longer: they carry the rule's name.
 const MaxKeyLen = 512
 
+// MaxDescriptors is the most descriptors of one Envoy request. Envoy
+// sends one per rate limit action of a route, a handful; a request's
+// descriptors are decided in one script call, which holds Redis for about
+// 10µs a descriptor, and every other decision waits for it.
+const MaxDescriptors = 1000
+
 // Decision is the outcome of a check against a rule.
 type Decision struct {
 	Rule   string
