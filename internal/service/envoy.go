@@ -499,9 +499,10 @@ var envoyStatNames = [numEnvoyStats]string{"total_hits", "over_limit", "near_lim
 // ratelimit_service_rate_limit_total_hits{domain, key1, key2}, where key1
 // and key2 are the first two parts of the descriptor's name.
 type envoyMetrics struct {
-	vecs  [numEnvoyStats]*metrics.CounterVec
-	names sync.Map // stat key -> *envoyStat
-	n     atomic.Int64
+	vecs     [numEnvoyStats]*metrics.CounterVec
+	names    sync.Map // stat key -> *envoyStat, at most maxEnvoyStats
+	n        atomic.Int64
+	overflow envoyStat // the names past maxEnvoyStats, and the too long
 }
 
 // envoyStat is one descriptor name's labels and, once used, its counters,
@@ -511,12 +512,19 @@ type envoyStat struct {
 	counts [numEnvoyStats]atomic.Pointer[atomic.Uint64]
 }
 
-// maxEnvoyStats bounds the label sets: names come from the configuration,
-// but detailed_metric and value_to_metric put request values in them.
-const maxEnvoyStats = 10000
+// maxEnvoyStats bounds the label sets, and the names kept to find them:
+// names come from the configuration, but detailed_metric and
+// value_to_metric put request values in them. maxEnvoyStatLen bounds a
+// name's bytes, which request values could make as long as the
+// request. The names past either count under key1="overflow".
+const (
+	maxEnvoyStats   = 10000
+	maxEnvoyStatLen = 1024
+)
 
 func newEnvoyMetrics(r *metrics.Registry) *envoyMetrics {
 	m := &envoyMetrics{}
+	m.overflow.labels = [3]string{"", "overflow", ""}
 	for kind, name := range envoyStatNames {
 		m.vecs[kind] = r.NewCounterVec("ratelimit_service_rate_limit_"+name,
 			"envoyproxy/ratelimit's "+name+" per descriptor, labelled as its default Prometheus mapping labels it.", "domain", "key1", "key2")
@@ -532,26 +540,41 @@ func (m *envoyMetrics) Add(n uint64, kind int, stat string) {
 	if n == 0 {
 		return
 	}
-	v, ok := m.names.Load(stat)
-	if !ok {
-		st := &envoyStat{}
-		if m.n.Add(1) > maxEnvoyStats {
-			st.labels = [3]string{"", "overflow", ""}
-		} else {
-			// As envoyproxy/ratelimit sanitizes statsd names: an IPv4
-			// address's dots and any : or | become _.
-			clean := strings.NewReplacer(":", "_", "|", "_").Replace(stat)
-			clean = ipv4.ReplaceAllStringFunc(clean, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
-			parts := strings.SplitN(clean, ".", 4)
-			copy(st.labels[:], parts)
-		}
-		v, _ = m.names.LoadOrStore(stat, st)
-	}
-	st := v.(*envoyStat)
+	st := m.stat(stat)
 	c := st.counts[kind].Load()
 	if c == nil {
 		c = m.vecs[kind].With(st.labels[:]...) // the same counter, whoever makes it first
 		st.counts[kind].Store(c)
 	}
 	c.Add(n)
+}
+
+// stat returns the labels and counters of the descriptor named stat:
+// its own while fewer than maxEnvoyStats names are kept, the overflow's
+// past them, which are not kept, so that a descriptor with
+// detailed_metric on a client's address holds memory for 10,000 names
+// and no more.
+func (m *envoyMetrics) stat(stat string) *envoyStat {
+	if v, ok := m.names.Load(stat); ok {
+		return v.(*envoyStat)
+	}
+	if len(stat) > maxEnvoyStatLen {
+		return &m.overflow
+	}
+	if m.n.Add(1) > maxEnvoyStats { // a place, taken before the name is kept
+		m.n.Add(-1)
+		return &m.overflow
+	}
+	st := &envoyStat{}
+	// As envoyproxy/ratelimit sanitizes statsd names: an IPv4 address's
+	// dots and any : or | become _.
+	clean := strings.NewReplacer(":", "_", "|", "_").Replace(stat)
+	clean = ipv4.ReplaceAllStringFunc(clean, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+	parts := strings.SplitN(clean, ".", 4)
+	copy(st.labels[:], parts)
+	v, loaded := m.names.LoadOrStore(stat, st)
+	if loaded {
+		m.n.Add(-1) // another caller kept it first
+	}
+	return v.(*envoyStat)
 }
