@@ -558,7 +558,7 @@ func (m *envoyMetrics) stat(stat string) *envoyStat {
 	if v, ok := m.names.Load(stat); ok {
 		return v.(*envoyStat)
 	}
-	if len(stat) > maxEnvoyStatLen {
+	if len(stat) > maxEnvoyStatLen || m.n.Load() >= maxEnvoyStats { // read first: no write per request once full
 		return &m.overflow
 	}
 	if m.n.Add(1) > maxEnvoyStats { // a place, taken before the name is kept
