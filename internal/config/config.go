@@ -23,6 +23,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -88,10 +89,12 @@ const ExampleYAML = `rules:
 `
 
 // Load reads and parses the file at path, or every *.yaml and *.yml file
-// in the directory at path (not below it), in name order, as
-// envoyproxy/ratelimit loads its runtime directory: each file is either a
-// floodgate rules file or one envoyproxy/ratelimit domain. Rule names and
-// domains must be unique across the files. Dot files are skipped.
+// in the directory at path and the directories below it, in path order,
+// as envoyproxy/ratelimit loads its runtime directory: each file is either
+// a floodgate rules file or one envoyproxy/ratelimit domain. Rule names
+// and domains must be unique across the files. Dot files and dot
+// directories (Kubernetes' ..data of a mounted ConfigMap, say) are
+// skipped.
 func Load(path string) (*Config, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -147,21 +150,31 @@ func Load(path string) (*Config, error) {
 }
 
 // Files lists the configuration files that Load reads from the directory
-// dir, in name order.
+// dir and those below it, in path order. Symbolic links to files are
+// followed, as Kubernetes mounts a ConfigMap's files; links to
+// directories are not, as envoyproxy/ratelimit's loader does not.
 func Files(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
 	var files []string
-	for _, e := range entries {
-		n := e.Name()
-		if e.IsDir() || strings.HasPrefix(n, ".") || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
-			continue
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
-		files = append(files, filepath.Join(dir, n))
-	}
-	return files, nil
+		n := e.Name()
+		if path == dir {
+			return nil
+		}
+		if strings.HasPrefix(n, ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	return files, err
 }
 
 // Error is a problem in a rules file, at a line and column.

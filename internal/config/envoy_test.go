@@ -189,12 +189,29 @@ func TestLoadDirectory(t *testing.T) {
 	write(dir, "rules.yaml", ExampleYAML)
 	write(dir, ".hidden.yaml", "not: [valid")
 	write(dir, "notes.txt", "ignored")
+	// Directories below are read too, as envoyproxy/ratelimit's runtime
+	// loader walks them; dot directories (a mounted ConfigMap's ..data,
+	// whose files the links beside it name) are not.
+	for _, sub := range []string{"team/edge", "..data"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir, "team/edge"), "e.yaml", "domain: e\n")
+	write(filepath.Join(dir, "..data"), "e.yaml", "domain: e\n") // read, it would be a duplicate
+	write(filepath.Join(dir, "..data"), "f.yaml", "domain: f\n")
+	if err := os.Symlink(filepath.Join("..data", "f.yaml"), filepath.Join(dir, "linked.yml")); err != nil {
+		t.Fatal(err)
+	}
 	c, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Domains) != 2 || c.Domains["a"] == nil || c.Domains["b"] == nil || len(c.Rules) != 1 {
+	if len(c.Domains) != 4 || c.Domains["a"] == nil || c.Domains["b"] == nil || c.Domains["e"] == nil || c.Domains["f"] == nil || len(c.Rules) != 1 {
 		t.Fatalf("Domains %v, Rules %v", c.Domains, c.Rules)
+	}
+	if d := c.Domains["e"]; d.File != filepath.Join(dir, "team/edge/e.yaml") {
+		t.Errorf("domain e from %s", d.File)
 	}
 
 	// Two files of one domain, as envoyproxy/ratelimit refuses them.
