@@ -42,11 +42,12 @@ Flags:
 	cfgPath := fs.String("config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML); the built-in example rule when empty ($FLOODGATE_CONFIG)")
 	server := fs.String("server", e.str("FLOODGATE_SERVER", ""), "URL of a running floodgate serve, http://host:port ($FLOODGATE_SERVER)")
 	token := fs.String("token", e.str("FLOODGATE_TOKEN", ""), "bearer token for --server ($FLOODGATE_TOKEN)")
+	merge := fs.Bool("merge-domain-config", e.bool("MERGE_DOMAIN_CONFIG", false), mergeDomainsUsage)
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return code
 	}
 	if fs.NArg() == 0 && *cfgPath != "" && *server == "" {
-		return validate(*cfgPath, stdout, stderr)
+		return validate(*cfgPath, config.LoadOptions{MergeDomains: *merge}, stdout, stderr)
 	}
 	if fs.NArg() < 2 || fs.NArg() > 3 {
 		fs.Usage()
@@ -69,7 +70,7 @@ Flags:
 	if *server != "" {
 		out, allowed, err = checkRemote(ctx, *server, *token, req)
 	} else {
-		out, allowed, err = checkLocal(ctx, &sf, *cfgPath, req, stderr)
+		out, allowed, err = checkLocal(ctx, &sf, *cfgPath, config.LoadOptions{MergeDomains: *merge}, req, stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate check: %v\n", err)
@@ -111,8 +112,8 @@ func checkRemote(ctx context.Context, server, token string, req httpapi.CheckReq
 
 // checkLocal decides on the store the flags name, with the service that
 // floodgate serve runs, and returns the answer as the server would.
-func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, req httpapi.CheckRequest, stderr io.Writer) ([]byte, bool, error) {
-	cfg, err := loadRules(cfgPath)
+func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, o config.LoadOptions, req httpapi.CheckRequest, stderr io.Writer) ([]byte, bool, error) {
+	cfg, err := loadRules(cfgPath, o)
 	if err != nil {
 		return nil, false, fmt.Errorf("invalid rules file:\n%w", err)
 	}
@@ -138,8 +139,8 @@ func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, req httpapi
 	return out, d.Allowed, err
 }
 
-func validate(path string, stdout, stderr io.Writer) int {
-	cfg, err := config.Load(path)
+func validate(path string, o config.LoadOptions, stdout, stderr io.Writer) int {
+	cfg, err := config.LoadWith(path, o)
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 2

@@ -869,4 +869,19 @@ func TestEnvoyService(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "duplicate domain 'edge'") {
 		t.Errorf("check --config with a domain twice: %v\n%s", err, out)
 	}
+	// With envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG, the flag's or the
+	// variable's, the files of one domain are merged, and a top-level
+	// descriptor in two of them is still refused.
+	writeFile(t, filepath.Join(dir, "again.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+	out, err = exec.Command(binary, "check", "--config", dir, "--merge-domain-config").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "edge.user: 3 per 1m0s") || !strings.Contains(string(out), "edge.remote_address: 10 per 1h0m0s") {
+		t.Errorf("check --config --merge-domain-config: %v\n%s", err, out)
+	}
+	writeFile(t, filepath.Join(dir, "again.yaml"), domain(3))
+	cmd := exec.Command(binary, "check", "--config", dir)
+	cmd.Env = append(os.Environ(), "MERGE_DOMAIN_CONFIG=true")
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "duplicate descriptor composite key 'edge.remote_address'") {
+		t.Errorf("MERGE_DOMAIN_CONFIG=true with a descriptor twice: %v\n%s", err, out)
+	}
 }

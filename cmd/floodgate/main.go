@@ -142,11 +142,15 @@ func parseFlags(fs *flag.FlagSet, e *env, args []string, stderr io.Writer) (int,
 	return 0, true
 }
 
-// loadRules returns the rules of the file at path, or the built-in example
-// rule when path is empty.
-func loadRules(path string) (*config.Config, error) {
+// loadRules returns the rules of the file or directory at path, or the
+// built-in example rule when path is empty.
+func loadRules(path string, o config.LoadOptions) (*config.Config, error) {
 	if path == "" {
 		return config.Example(), nil
 	}
-	return config.Load(path)
+	return config.LoadWith(path, o)
 }
+
+// mergeDomainsUsage is the --merge-domain-config flag's description, the
+// same in serve and check.
+const mergeDomainsUsage = "a configuration directory may hold one Envoy domain in several files, whose top-level descriptors are merged ($MERGE_DOMAIN_CONFIG, as envoyproxy/ratelimit names it)"

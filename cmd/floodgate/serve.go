@@ -38,9 +38,9 @@ type serveFlags struct {
 	resp   string
 	grpc   string
 	// Envoy's rate limit service: envoyproxy/ratelimit's options.
-	stopIncrement, rlsHeaders bool
-	token                     string
-	watch                     time.Duration
+	stopIncrement, rlsHeaders, mergeDomains bool
+	token                                   string
+	watch                                   time.Duration
 	// protectMetrics requires the token on /metrics too.
 	protectMetrics bool
 	// httpMaxConns caps the HTTP listener's open connections.
@@ -68,6 +68,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.http, "http", e.str("FLOODGATE_HTTP", "127.0.0.1:8080"), "HTTP API address; empty to disable ($FLOODGATE_HTTP)")
 	fs.StringVar(&f.resp, "resp", e.str("FLOODGATE_RESP", "127.0.0.1:6380"), "Redis protocol address; empty to disable ($FLOODGATE_RESP)")
 	fs.StringVar(&f.grpc, "grpc", e.str("FLOODGATE_GRPC", ""), "gRPC address for Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty (the default) to disable ($FLOODGATE_GRPC)")
+	fs.BoolVar(&f.mergeDomains, "merge-domain-config", e.bool("MERGE_DOMAIN_CONFIG", false), mergeDomainsUsage)
 	fs.BoolVar(&f.stopIncrement, "stop-cache-key-increment-when-overlimit", e.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false), "an Envoy request over the limit on any descriptor charges none of them, in one script call on Redis ($STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as envoyproxy/ratelimit names it)")
 	fs.BoolVar(&f.rlsHeaders, "rls-headers", e.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false), "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers ($LIMIT_RESPONSE_HEADERS_ENABLED, as envoyproxy/ratelimit names it)")
 	fs.StringVar(&f.token, "token", e.str("FLOODGATE_TOKEN", ""), "require this bearer token on the HTTP API, AUTH on the Redis protocol, and authorization metadata on gRPC rate limit calls ($FLOODGATE_TOKEN)")
@@ -280,7 +281,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer gcfloor.Start(uint64(floor)).Stop()
 	}
 	mod := stamp(f.config) // before reading, so that no change is missed
-	cfg, err := loadRules(f.config)
+	cfg, err := loadRules(f.config, config.LoadOptions{MergeDomains: f.mergeDomains})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
 		return 2
@@ -302,7 +303,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer st.close()
 	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied,
-		StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders})
+		StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders, MergeDomains: f.mergeDomains})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

@@ -95,7 +95,20 @@ const ExampleYAML = `rules:
 // and domains must be unique across the files. Dot files and dot
 // directories (Kubernetes' ..data of a mounted ConfigMap, say) are
 // skipped.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadWith(path, LoadOptions{}) }
+
+// LoadOptions are the choices of LoadWith; the zero value is Load's.
+type LoadOptions struct {
+	// MergeDomains lets several files of a directory name one domain, as
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: each file's
+	// top-level descriptors join the domain's, and a top-level key and
+	// value that two of them both have is an error. Without it, a domain
+	// in two files is an error.
+	MergeDomains bool
+}
+
+// LoadWith is Load with options.
+func LoadWith(path string, o LoadOptions) (*Config, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -138,7 +151,7 @@ func Load(path string) (*Config, error) {
 			all.Rules = append(all.Rules, r)
 		}
 		for _, d := range c.Domains {
-			if err := all.addDomain(d); err != nil {
+			if err := all.addDomain(d, o.MergeDomains); err != nil {
 				errs = append(errs, err.(*Error))
 			}
 		}

@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -482,13 +484,33 @@ func (d *Domain) Lookup(entries []Entry) Match {
 }
 
 // addDomain adds d, or reports a domain given twice among files.
-func (c *Config) addDomain(d *Domain) error {
+func (c *Config) addDomain(d *Domain, merge bool) error {
 	if prev, dup := c.Domains[d.Name]; dup {
+		if merge {
+			return prev.merge(d)
+		}
 		return &Error{File: d.File, Line: d.Line, Column: 1, Field: "domain", Msg: fmt.Sprintf("duplicate domain '%s' in config file (also in %s)", d.Name, prev.File)}
 	}
 	if c.Domains == nil {
 		c.Domains = map[string]*Domain{}
 	}
 	c.Domains[d.Name] = d
+	return nil
+}
+
+// merge adds the top-level descriptors of d, the same domain in another
+// file, to dom's, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG patches a
+// domain: wildcards after dom's, in d's order. A top-level descriptor
+// that both have is an error, with d's file.
+func (dom *Domain) merge(d *Domain) error {
+	for _, name := range slices.Sorted(maps.Keys(d.Root.Children)) { // the same error every time
+		if _, dup := dom.Root.Children[name]; dup {
+			return &Error{File: d.File, Line: d.Line, Column: 1, Field: "descriptors", Msg: fmt.Sprintf("duplicate descriptor composite key '%s' (also in %s)", d.Root.Children[name].Path, dom.File)}
+		}
+	}
+	for name, child := range d.Root.Children {
+		dom.Root.Children[name] = child
+	}
+	dom.Root.Wildcards = append(dom.Root.Wildcards, d.Root.Wildcards...)
 	return nil
 }

@@ -231,6 +231,47 @@ func TestLoadDirectory(t *testing.T) {
 	}
 }
 
+// TestMergeDomains: with MergeDomains, the files of one domain make one
+// tree, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG patches a domain,
+// and a top-level descriptor in two files is an error.
+func TestMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "domain: d\ndescriptors:\n  - {key: ip, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: path, value: /a*, rate_limit: {unit: second, requests_per_unit: 2}}\n")
+	write("b.yaml", "domain: d\ndescriptors:\n  - {key: user, rate_limit: {unit: minute, requests_per_unit: 3}}\n  - {key: path, value: /*, rate_limit: {unit: second, requests_per_unit: 4}}\n")
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "duplicate domain 'd'") {
+		t.Fatalf("without MergeDomains: %v", err)
+	}
+	c, err := LoadWith(dir, LoadOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["d"]
+	for _, tc := range []struct {
+		entries []Entry
+		rpu     uint32
+	}{
+		{[]Entry{{"ip", "x"}}, 1},
+		{[]Entry{{"user", "u"}}, 3},
+		{[]Entry{{"path", "/ab"}}, 2}, // a.yaml's wildcard comes first
+		{[]Entry{{"path", "/b"}}, 4},
+	} {
+		if m := d.Lookup(tc.entries); m.Limit == nil || m.Limit.RequestsPerUnit != tc.rpu {
+			t.Errorf("%v: %+v, want %d per unit", tc.entries, m.Limit, tc.rpu)
+		}
+	}
+	write("c.yaml", "domain: d\ndescriptors:\n  - {key: ip, rate_limit: {unit: second, requests_per_unit: 9}}\n")
+	_, err = LoadWith(dir, LoadOptions{MergeDomains: true})
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:1:1: descriptors: duplicate descriptor composite key 'd.ip' (also in "+filepath.Join(dir, "a.yaml")+")") {
+		t.Errorf("a descriptor in two files: %v", err)
+	}
+}
+
 // TestEnvoyStatKeys names statistics as envoyproxy/ratelimit does with
 // detailed_metric and value_to_metric.
 func TestEnvoyStatKeys(t *testing.T) {

@@ -69,6 +69,7 @@ type Service struct {
 
 	// Envoy's rate limit service (envoy.go).
 	atomic     bool // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	merge      bool // MERGE_DOMAIN_CONFIG
 	rlsHeaders bool
 	now        func() time.Time
 	overrides  overrides
@@ -127,6 +128,10 @@ type Options struct {
 	// denied check (shadow rules' included; CL.THROTTLE's as rule
 	// "CL.THROTTLE"), from the checking goroutine. It must be fast.
 	OnDenied func(rule, key string)
+	// MergeDomains is envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: Reload
+	// reads a directory whose files share a domain as one domain (see
+	// config.LoadOptions). Default: false, such a directory is an error.
+	MergeDomains bool
 	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, done exactly: an Envoy
 	// request over the limit on any descriptor charges none of them.
@@ -156,7 +161,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		o.Now = time.Now
 	}
 	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied,
-		atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now}
+		atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now, merge: o.MergeDomains}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -204,7 +209,7 @@ func (s *Service) Config() *config.Config { return s.rules.Load().cfg }
 // invalid it returns the error, logs it, counts it, and keeps the rules in
 // use.
 func (s *Service) Reload(path string) error {
-	cfg, err := config.Load(path)
+	cfg, err := config.LoadWith(path, config.LoadOptions{MergeDomains: s.merge})
 	var rs *ruleset
 	if err == nil {
 		rs, err = s.prepare(cfg)
