@@ -39,7 +39,7 @@ Flags:
 	var sf storeFlags
 	var e env
 	sf.register(fs, &e)
-	cfgPath := fs.String("config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML); the built-in example rule when empty ($FLOODGATE_CONFIG)")
+	cfgPath := fs.String("config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML: floodgate rules or an envoyproxy/ratelimit domain), or a directory of them, read with the directories below it; the built-in example rule when empty ($FLOODGATE_CONFIG)")
 	server := fs.String("server", e.str("FLOODGATE_SERVER", ""), "URL of a running floodgate serve, http://host:port ($FLOODGATE_SERVER)")
 	token := fs.String("token", e.str("FLOODGATE_TOKEN", ""), "bearer token for --server ($FLOODGATE_TOKEN)")
 	merge := fs.Bool("merge-domain-config", e.bool("MERGE_DOMAIN_CONFIG", false), mergeDomainsUsage)

@@ -64,7 +64,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	f := &serveFlags{}
 	var e env
 	f.store.register(fs, &e)
-	fs.StringVar(&f.config, "config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML); reloaded on SIGHUP and when it changes ($FLOODGATE_CONFIG)")
+	fs.StringVar(&f.config, "config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML: floodgate rules or an envoyproxy/ratelimit domain), or a directory of them, read with the directories below it; reloaded on SIGHUP and when it changes ($FLOODGATE_CONFIG)")
 	fs.StringVar(&f.http, "http", e.str("FLOODGATE_HTTP", "127.0.0.1:8080"), "HTTP API address; empty to disable ($FLOODGATE_HTTP)")
 	fs.StringVar(&f.resp, "resp", e.str("FLOODGATE_RESP", "127.0.0.1:6380"), "Redis protocol address; empty to disable ($FLOODGATE_RESP)")
 	fs.StringVar(&f.grpc, "grpc", e.str("FLOODGATE_GRPC", ""), "gRPC address for Envoy's rate limit service (envoy.service.ratelimit.v3) and gRPC health; empty (the default) to disable ($FLOODGATE_GRPC)")
