@@ -46,8 +46,9 @@ Flags:
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return code
 	}
+	load := config.LoadOptions{MergeDomains: *merge}
 	if fs.NArg() == 0 && *cfgPath != "" && *server == "" {
-		return validate(*cfgPath, config.LoadOptions{MergeDomains: *merge}, stdout, stderr)
+		return validate(*cfgPath, load, stdout, stderr)
 	}
 	if fs.NArg() < 2 || fs.NArg() > 3 {
 		fs.Usage()
@@ -70,7 +71,7 @@ Flags:
 	if *server != "" {
 		out, allowed, err = checkRemote(ctx, *server, *token, req)
 	} else {
-		out, allowed, err = checkLocal(ctx, &sf, *cfgPath, config.LoadOptions{MergeDomains: *merge}, req, stderr)
+		out, allowed, err = checkLocal(ctx, &sf, *cfgPath, load, req, stderr)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate check: %v\n", err)

@@ -15,22 +15,16 @@ func TestStampDirectory(t *testing.T) {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write := func(path, body string) {
-		t.Helper()
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(filepath.Join(dir, "a.yaml"), "domain: a\n")
+	writeFile(t, filepath.Join(dir, "a.yaml"), "domain: a\n")
 	last := stamp(dir)
 	for _, step := range []struct {
 		name    string
 		do      func()
 		changed bool
 	}{
-		{"a file below comes", func() { write(filepath.Join(sub, "e.yaml"), "domain: e\n") }, true},
-		{"it grows", func() { write(filepath.Join(sub, "e.yaml"), "domain: e\ndescriptors: []\n") }, true},
-		{"a skipped file below comes", func() { write(filepath.Join(sub, "notes.txt"), "x") }, false},
+		{"a file below comes", func() { writeFile(t, filepath.Join(sub, "e.yaml"), "domain: e\n") }, true},
+		{"it grows", func() { writeFile(t, filepath.Join(sub, "e.yaml"), "domain: e\ndescriptors: []\n") }, true},
+		{"a skipped file below comes", func() { writeFile(t, filepath.Join(sub, "notes.txt"), "x") }, false},
 		{"the file below goes", func() { os.Remove(filepath.Join(sub, "e.yaml")) }, true},
 	} {
 		step.do()

@@ -176,19 +176,21 @@ func TestEnvoyInvalid(t *testing.T) {
 	}
 }
 
-func TestLoadDirectory(t *testing.T) {
-	write := func(dir, name, body string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+// writeIn writes body to the file name in dir.
+func writeIn(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
 	}
+}
+
+func TestLoadDirectory(t *testing.T) {
 	dir := t.TempDir()
-	write(dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
-	write(dir, "b.yml", "domain: b\n")
-	write(dir, "rules.yaml", ExampleYAML)
-	write(dir, ".hidden.yaml", "not: [valid")
-	write(dir, "notes.txt", "ignored")
+	writeIn(t, dir, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	writeIn(t, dir, "b.yml", "domain: b\n")
+	writeIn(t, dir, "rules.yaml", ExampleYAML)
+	writeIn(t, dir, ".hidden.yaml", "not: [valid")
+	writeIn(t, dir, "notes.txt", "ignored")
 	// Directories below are read too, as envoyproxy/ratelimit's runtime
 	// loader walks them; dot directories (a mounted ConfigMap's ..data,
 	// whose files the links beside it name) are not.
@@ -197,9 +199,9 @@ func TestLoadDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write(filepath.Join(dir, "team/edge"), "e.yaml", "domain: e\n")
-	write(filepath.Join(dir, "..data"), "e.yaml", "domain: e\n") // read, it would be a duplicate
-	write(filepath.Join(dir, "..data"), "f.yaml", "domain: f\n")
+	writeIn(t, filepath.Join(dir, "team/edge"), "e.yaml", "domain: e\n")
+	writeIn(t, filepath.Join(dir, "..data"), "e.yaml", "domain: e\n") // read, it would be a duplicate
+	writeIn(t, filepath.Join(dir, "..data"), "f.yaml", "domain: f\n")
 	if err := os.Symlink(filepath.Join("..data", "f.yaml"), filepath.Join(dir, "linked.yml")); err != nil {
 		t.Fatal(err)
 	}
@@ -215,14 +217,14 @@ func TestLoadDirectory(t *testing.T) {
 	}
 
 	// Two files of one domain, as envoyproxy/ratelimit refuses them.
-	write(dir, "c.yaml", "domain: a\n")
+	writeIn(t, dir, "c.yaml", "domain: a\n")
 	_, err = Load(dir)
 	if err == nil || !strings.Contains(err.Error(), "c.yaml:1:1: domain: duplicate domain 'a' in config file (also in "+filepath.Join(dir, "a.yaml")+")") {
 		t.Errorf("duplicate domain: %v", err)
 	}
 	os.Remove(filepath.Join(dir, "c.yaml"))
 	// A bad file fails the whole directory, with its own position.
-	write(dir, "d.yaml", "domain: d\ndescriptors:\n  - key: \"\"\n")
+	writeIn(t, dir, "d.yaml", "domain: d\ndescriptors:\n  - key: \"\"\n")
 	if _, err = Load(dir); err == nil || !strings.Contains(err.Error(), "d.yaml:3:10: descriptors[0].key: descriptor has empty key") {
 		t.Errorf("bad file: %v", err)
 	}
@@ -236,14 +238,8 @@ func TestLoadDirectory(t *testing.T) {
 // and a top-level descriptor in two files is an error.
 func TestMergeDomains(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("a.yaml", "domain: d\ndescriptors:\n  - {key: ip, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: path, value: /a*, rate_limit: {unit: second, requests_per_unit: 2}}\n")
-	write("b.yaml", "domain: d\ndescriptors:\n  - {key: user, rate_limit: {unit: minute, requests_per_unit: 3}}\n  - {key: path, value: /*, rate_limit: {unit: second, requests_per_unit: 4}}\n")
+	writeIn(t, dir, "a.yaml", "domain: d\ndescriptors:\n  - {key: ip, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: path, value: /a*, rate_limit: {unit: second, requests_per_unit: 2}}\n")
+	writeIn(t, dir, "b.yaml", "domain: d\ndescriptors:\n  - {key: user, rate_limit: {unit: minute, requests_per_unit: 3}}\n  - {key: path, value: /*, rate_limit: {unit: second, requests_per_unit: 4}}\n")
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "duplicate domain 'd'") {
 		t.Fatalf("without MergeDomains: %v", err)
 	}
@@ -265,7 +261,7 @@ func TestMergeDomains(t *testing.T) {
 			t.Errorf("%v: %+v, want %d per unit", tc.entries, m.Limit, tc.rpu)
 		}
 	}
-	write("c.yaml", "domain: d\ndescriptors:\n  - {key: ip, rate_limit: {unit: second, requests_per_unit: 9}}\n")
+	writeIn(t, dir, "c.yaml", "domain: d\ndescriptors:\n  - {key: ip, rate_limit: {unit: second, requests_per_unit: 9}}\n")
 	_, err = LoadWith(dir, LoadOptions{MergeDomains: true})
 	if err == nil || !strings.Contains(err.Error(), "c.yaml:1:1: descriptors: duplicate descriptor composite key 'd.ip' (also in "+filepath.Join(dir, "a.yaml")+")") {
 		t.Errorf("a descriptor in two files: %v", err)

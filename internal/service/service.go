@@ -68,8 +68,8 @@ type Service struct {
 	lastOK    atomic.Int64 // unix seconds of the last good (re)load
 
 	// Envoy's rate limit service (envoy.go).
-	atomic     bool // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
-	merge      bool // MERGE_DOMAIN_CONFIG
+	atomic     bool               // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	load       config.LoadOptions // how Reload reads the rules
 	rlsHeaders bool
 	now        func() time.Time
 	overrides  overrides
@@ -161,7 +161,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		o.Now = time.Now
 	}
 	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied,
-		atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now, merge: o.MergeDomains}
+		atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now, load: config.LoadOptions{MergeDomains: o.MergeDomains}}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func (s *Service) Config() *config.Config { return s.rules.Load().cfg }
 // invalid it returns the error, logs it, counts it, and keeps the rules in
 // use.
 func (s *Service) Reload(path string) error {
-	cfg, err := config.LoadWith(path, config.LoadOptions{MergeDomains: s.merge})
+	cfg, err := config.LoadWith(path, s.load)
 	var rs *ruleset
 	if err == nil {
 		rs, err = s.prepare(cfg)
