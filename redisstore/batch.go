@@ -66,9 +66,10 @@ const (
 // caller's goroutine, so one goroutine never waits for a batch, nor for a
 // worker to wake; calls that arrive while there is no room queue, and the
 // next free worker sends everything queued in one script call. There is
-// room while fewer than maxInflight script calls are in flight, and fewer
-// than a quarter as many (but two) while the script calls that go out
-// carry smallBatch calls or more (see room). On a Cluster, where only
+// room while fewer than maxInflight script calls are in flight (fewer,
+// down to two, while they queue at Redis: see adapt), and fewer than a
+// quarter as many (but two) while the script calls that go out carry
+// smallBatch calls or more (see room). On a Cluster, where only
 // calls for one slot can share a script call, each slot queues on its own
 // instead (see doSlot).
 type batcher struct {
@@ -83,10 +84,19 @@ type batcher struct {
 	// size is how many calls the script calls carried as they went out,
 	// averaged over the last few (an exponentially weighted moving
 	// average, of weight 1/8, in 256ths of a call).
-	size    int
-	closed  bool
-	slots   map[int]*slotQueue // on a Cluster: each slot's own queue
-	slotsWG sync.WaitGroup     // the slot queues' sending goroutines
+	size int
+	// The room while batches are small follows the script calls' round
+	// trips (see adapt): limit is between two and maxInflight (0: not
+	// adapted yet, maxInflight).
+	limit    int
+	rtt      int64 // ns: the calls' round trips, averaged (weight 1/16)
+	base     int64 // ns: the least round trip of a call of one, last window
+	baseCur  int64 // ns: the same in the window being built (0: none yet)
+	finishes int   // script calls finished
+	now      func() time.Time
+	closed   bool
+	slots    map[int]*slotQueue // on a Cluster: each slot's own queue
+	slotsWG  sync.WaitGroup     // the slot queues' sending goroutines
 
 	scripts, decisions atomic.Uint64 // script calls made, decisions they carried
 
@@ -107,8 +117,8 @@ type batcher struct {
 // times the decisions of four at 64.
 const smallBatch = 4
 
-func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration) *batcher {
-	b := &batcher{s: s, maxInflight: maxInflight, maxBatch: maxBatch, timeout: timeout,
+func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration, now func() time.Time) *batcher {
+	b := &batcher{s: s, maxInflight: maxInflight, maxBatch: maxBatch, timeout: timeout, now: now,
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if s.cluster {
 		b.slots = map[int]*slotQueue{}
@@ -188,8 +198,65 @@ func (b *batcher) room() bool {
 	limit := b.maxInflight
 	if b.size >= smallBatch<<8 {
 		limit = min(limit, max(2, (limit+3)/4)) // 8 → 2, 16 → 4
+	} else if b.limit > 0 {
+		limit = b.limit
 	}
 	return b.inflight < limit
+}
+
+// Adapting the room to the round trips: every adaptEvery script calls,
+// the average round trip is compared with the least of a call of one
+// decision over the last baseWindow calls or so, which is the round trip
+// with nothing ahead of it. Over queued times that, calls wait for each
+// other in Redis, or for the CPU that the client shares with it: fewer in
+// flight then carry more decisions each, for less of Redis's time per
+// decision, and the room shrinks by one. Under uncongested times it,
+// the wait is the round trip itself, and more in flight shorten it: the
+// room grows by one, up to maxInflight.
+const (
+	adaptEvery  = 64
+	baseWindow  = 1024
+	queued      = 3
+	uncongested = 2
+)
+
+// adapt records a script call of k decisions that took rtt (ns) and, every
+// adaptEvery calls, moves the room (see above). b.mu is held.
+func (b *batcher) adapt(k int, rtt int64) {
+	if rtt <= 0 {
+		return // a clock that does not move
+	}
+	if b.rtt == 0 {
+		b.rtt = rtt
+	} else {
+		b.rtt += (rtt - b.rtt) / 16
+	}
+	if k == 1 && (b.baseCur == 0 || rtt < b.baseCur) {
+		b.baseCur = rtt
+	}
+	b.finishes++
+	if b.finishes%baseWindow == 0 {
+		b.base, b.baseCur = b.baseCur, 0
+	}
+	if b.finishes%adaptEvery != 0 {
+		return
+	}
+	base := b.base
+	if base == 0 || (b.baseCur != 0 && b.baseCur < base) {
+		base = b.baseCur
+	}
+	if base == 0 {
+		return // no call of one yet
+	}
+	if b.limit == 0 {
+		b.limit = b.maxInflight
+	}
+	switch {
+	case b.rtt > queued*base:
+		b.limit = max(min(2, b.maxInflight), b.limit-1)
+	case b.rtt < uncongested*base:
+		b.limit = min(b.maxInflight, b.limit+1)
+	}
 }
 
 // out records a script call of k calls going out. b.mu is held.
@@ -220,8 +287,9 @@ func (b *batcher) do(c *call) error {
 		// wait for company, or for a worker to wake.
 		b.out(1)
 		b.mu.Unlock()
+		start := b.now()
 		b.s.send(c.ctx, []*call{c})
-		b.finished()
+		b.finished(1, b.now().Sub(start))
 		return c.err
 	}
 	if b.closed {
@@ -318,9 +386,10 @@ func (b *batcher) slotDone(slot int) {
 
 // finished records the end of a script call and wakes a worker if calls
 // are waiting.
-func (b *batcher) finished() {
+func (b *batcher) finished(k int, took time.Duration) {
 	b.mu.Lock()
 	b.inflight--
+	b.adapt(k, int64(took))
 	more := len(b.pending) > 0
 	b.mu.Unlock()
 	if more {
@@ -354,9 +423,10 @@ func (b *batcher) worker() {
 				b.signal() // another worker can take the rest
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+			start := b.now()
 			b.s.send(ctx, batch)
 			cancel()
-			b.finished()
+			b.finished(k, b.now().Sub(start))
 		}
 	}
 }

@@ -70,3 +70,69 @@ func TestBatcherSizeAverage(t *testing.T) {
 		t.Fatalf("room() after 40 calls of 2: size %d/256, want open", b.size)
 	}
 }
+
+// TestBatcherAdapt moves the room while batches are small with the script
+// calls' round trips: one fewer in flight every adaptEvery calls while
+// they take over queued times the least round trip of a call of one, one
+// more while they take under uncongested times it, never below two nor
+// above maxInflight, and nothing without round trips to go by.
+func TestBatcherAdapt(t *testing.T) {
+	tests := []struct {
+		name        string
+		maxInflight int
+		base, rtt   int64 // ns: a lone call's round trip first, then every call's
+		rounds      int   // of adaptEvery calls after the first
+		start       int   // the limit before them (0: maxInflight)
+		want        int
+	}{
+		{"queued: one fewer a round", 8, 100_000, 400_000, 3, 0, 5},
+		{"queued: never below two", 8, 100_000, 400_000, 20, 0, 2},
+		{"between: unchanged", 8, 100_000, 250_000, 20, 5, 5},
+		{"uncongested: one more a round", 8, 100_000, 150_000, 2, 3, 5},
+		{"uncongested: never above maxInflight", 8, 100_000, 150_000, 20, 3, 8},
+		{"at most one in flight stays one", 1, 100_000, 400_000, 20, 0, 1},
+		{"a clock that does not move", 8, 0, 0, 20, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &batcher{maxInflight: tt.maxInflight, limit: tt.start}
+			// The first round sets the base (a call of one) and the average;
+			// its adjustment is undone by starting over from tt.start.
+			b.adapt(1, tt.base)
+			for range adaptEvery - 1 {
+				b.adapt(2, tt.rtt)
+			}
+			for range 16 * adaptEvery { // the average settles on rtt
+				b.adapt(2, tt.rtt)
+			}
+			b.limit, b.finishes = tt.start, 0
+			for range tt.rounds * adaptEvery {
+				b.adapt(2, tt.rtt)
+			}
+			if b.limit != tt.want {
+				t.Errorf("limit = %d after %d rounds of %dns against a base of %dns, want %d", b.limit, tt.rounds, tt.rtt, tt.base, tt.want)
+			}
+		})
+	}
+}
+
+// TestBatcherAdaptRoom checks that room follows the adapted limit while
+// batches are small, and the large batches' rule otherwise.
+func TestBatcherAdaptRoom(t *testing.T) {
+	b := &batcher{maxInflight: 8, limit: 3}
+	b.inflight = 3
+	if b.room() {
+		t.Errorf("room() with 3 in flight and a limit of 3 = true, want false")
+	}
+	b.inflight = 2
+	if !b.room() {
+		t.Errorf("room() with 2 in flight and a limit of 3 = false, want true")
+	}
+	b.limit = 8
+	for range 100 {
+		b.out(13)
+	}
+	if b.room() {
+		t.Errorf("room() with large batches, 2 in flight and a limit of 8 = true, want false")
+	}
+}

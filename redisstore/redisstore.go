@@ -63,19 +63,28 @@ type Options struct {
 	// MaxInflight is how many script calls (batches) may be in flight at
 	// once on a standalone server. Default: 8, so that up to eight
 	// concurrent callers each have a script call of their own and wait
-	// only for their round trip. While the script calls carry 4 requests or
-	// more on average (a group counting as one), a quarter as many
-	// (rounded up), but at least 2, go out: batches that large mean that
-	// many decisions wait, Redis (or the CPU the client shares with it) is
-	// the bottleneck, each script call costs about as much as a few
-	// decisions, and with one call for Redis to run while the client reads
-	// the other's reply and the next batch gathers, a busy Redis stays
-	// busy with the fewest, largest batches. With smaller batches the wait
-	// is the round trip, and more calls in parallel shorten it. More also
-	// helps where the network is slow and Redis idle. On a Cluster each
-	// slot has one script call in flight at a time, and the calls for a
-	// slot that arrive meanwhile go together in its next one, so a slow
-	// master holds up only its own slots.
+	// only for their round trip.
+	//
+	// While the script calls carry 4 requests or more on average (a group
+	// counting as one), a quarter as many (rounded up), but at least 2, go
+	// out: batches that large mean that many decisions wait, Redis (or the
+	// CPU the client shares with it) is the bottleneck, each script call
+	// costs about as much as a few decisions, and with one call for Redis
+	// to run while the client reads the other's reply and the next batch
+	// gathers, a busy Redis stays busy with the fewest, largest batches.
+	//
+	// With smaller batches the wait is usually the round trip, and more
+	// calls in parallel shorten it; more also helps where the network is
+	// slow and Redis idle. But where the calls take over three times the
+	// round trip of a lone call with nothing ahead of it, they wait for
+	// each other in Redis (or for the CPU the client shares with it): one
+	// fewer is then let out every 64 calls, down to 2, so that each
+	// carries more requests for less of Redis's time per request, and one
+	// more, up to MaxInflight, while they take under twice that.
+	//
+	// On a Cluster each slot has one script call in flight at a time, and
+	// the calls for a slot that arrive meanwhile go together in its next
+	// one, so a slow master holds up only its own slots.
 	MaxInflight int
 	// MaxBatch is the most decisions in one batch. Default: 128.
 	MaxBatch int
@@ -211,7 +220,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 		if o.MaxBatch <= 0 {
 			o.MaxBatch = 128
 		}
-		s.batch = newBatcher(s, o.MaxInflight, o.MaxBatch, batchTimeout)
+		s.batch = newBatcher(s, o.MaxInflight, o.MaxBatch, batchTimeout, now)
 	}
 	return s
 }
