@@ -384,8 +384,8 @@ func (b *batcher) slotDone(slot int) {
 	}()
 }
 
-// finished records the end of a script call and wakes a worker if calls
-// are waiting.
+// finished records the end of a script call of k calls that took took
+// (for adapt), and wakes a worker if calls are waiting.
 func (b *batcher) finished(k int, took time.Duration) {
 	b.mu.Lock()
 	b.inflight--
