@@ -1,6 +1,9 @@
 package redisstore
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 // TestBatcherRoom holds the batcher to maxInflight script calls in flight
 // while its batches are small, and to a quarter as many, rounded up, but
@@ -71,49 +74,64 @@ func TestBatcherSizeAverage(t *testing.T) {
 	}
 }
 
-// TestBatcherAdapt moves the room while batches are small with the script
-// calls' round trips: one fewer in flight every adaptEvery calls while
-// they take over queued times the least round trip of a call of one, one
-// more while they take under uncongested times it, never below two nor
-// above maxInflight, and nothing without round trips to go by.
+// TestBatcherAdapt drives the climb over waits that depend only on the
+// limit, as a fixed number of callers would see them without noise: the
+// limit settles within a step of the least wait's, never leaves [2,
+// maxInflight], and does not move without waits to go by nor while
+// batches are large.
 func TestBatcherAdapt(t *testing.T) {
+	// v-shaped waits, least at best: 100µs there, 10µs more a step away.
+	vee := func(best int) func(int) int64 {
+		return func(limit int) int64 { return int64(100_000 + 10_000*max(limit-best, best-limit)) }
+	}
 	tests := []struct {
 		name        string
 		maxInflight int
-		base, rtt   int64 // ns: a lone call's round trip first, then every call's
-		rounds      int   // of adaptEvery calls after the first
-		start       int   // the limit before them (0: maxInflight)
-		want        int
+		size        int             // calls in each script call
+		wait        func(int) int64 // ns: a decision's wait at a limit
+		start       int             // the limit before (0: maxInflight)
+		lo, hi      int             // where it must stay after settling
 	}{
-		{"queued: one fewer a round", 8, 100_000, 400_000, 3, 0, 5},
-		{"queued: never below two", 8, 100_000, 400_000, 20, 0, 2},
-		{"between: unchanged", 8, 100_000, 250_000, 20, 5, 5},
-		{"uncongested: one more a round", 8, 100_000, 150_000, 2, 3, 5},
-		{"uncongested: never above maxInflight", 8, 100_000, 150_000, 20, 3, 8},
-		{"at most one in flight stays one", 1, 100_000, 400_000, 20, 0, 1},
-		{"a clock that does not move", 8, 0, 0, 20, 0, 0},
+		{"least at four, from eight", 8, 1, vee(4), 0, 3, 5},
+		{"least at six, from two", 8, 1, vee(6), 2, 5, 7},
+		{"least at eight: stays near eight", 8, 2, vee(8), 0, 7, 8},
+		{"least at two: goes down to two", 8, 1, vee(2), 0, 2, 3},
+		{"least beyond the cap: the cap", 8, 1, vee(20), 3, 7, 8},
+		{"least below two: two", 16, 1, vee(0), 0, 2, 3},
+		{"one in flight at most stays one", 1, 1, vee(4), 0, 1, 1},
+		{"a clock that does not move", 8, 1, func(int) int64 { return 0 }, 0, 0, 0},
+		{"large batches: not moved", 8, smallBatch, vee(2), 8, 8, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &batcher{maxInflight: tt.maxInflight, limit: tt.start}
-			// The first round sets the base (a call of one) and the average;
-			// its adjustment is undone by starting over from tt.start.
-			b.adapt(1, tt.base)
-			for range adaptEvery - 1 {
-				b.adapt(2, tt.rtt)
+			for range 100 {
+				b.out(tt.size)
 			}
-			for range 16 * adaptEvery { // the average settles on rtt
-				b.adapt(2, tt.rtt)
+			window := func() {
+				for range adaptEvery {
+					b.adapt(tt.size, int64(tt.size)*tt.wait(b.room0()))
+				}
 			}
-			b.limit, b.finishes = tt.start, 0
-			for range tt.rounds * adaptEvery {
-				b.adapt(2, tt.rtt)
+			for range 40 { // settling: at most maxInflight steps, and turns
+				window()
 			}
-			if b.limit != tt.want {
-				t.Errorf("limit = %d after %d rounds of %dns against a base of %dns, want %d", b.limit, tt.rounds, tt.rtt, tt.base, tt.want)
+			for w := range 40 {
+				window()
+				if b.limit < tt.lo || b.limit > tt.hi {
+					t.Fatalf("window %d after settling: limit %d, want it in [%d, %d]", w, b.limit, tt.lo, tt.hi)
+				}
 			}
 		})
 	}
+}
+
+// room0 is the limit that room applies while batches are small.
+func (b *batcher) room0() int {
+	if b.limit == 0 {
+		return b.maxInflight
+	}
+	return b.limit
 }
 
 // TestBatcherAdaptRoom checks that room follows the adapted limit while
@@ -134,5 +152,52 @@ func TestBatcherAdaptRoom(t *testing.T) {
 	}
 	if b.room() {
 		t.Errorf("room() with large batches, 2 in flight and a limit of 8 = true, want false")
+	}
+}
+
+// TestBatcherAdaptNoise drives the climb over waits with noise as large
+// as the difference between neighbouring limits, as a shared machine's
+// windows have: on average the limit stays near the least wait's, and it
+// spends most windows within two steps of it.
+func TestBatcherAdaptNoise(t *testing.T) {
+	tests := []struct {
+		name string
+		best int
+		seed uint64
+	}{
+		{"least at four", 4, 1},
+		{"least at four, another seed", 4, 2},
+		{"least at eight", 8, 3},
+		{"least at two", 2, 4},
+		{"least at six", 6, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(tt.seed, 7))
+			b := &batcher{maxInflight: 8}
+			b.out(1)
+			const windows = 2000
+			var sum, near int
+			for range windows {
+				l := b.room0()
+				d := max(l-tt.best, tt.best-l)
+				// 100µs at best, 10µs more a step, ±10µs of noise.
+				wait := int64(100_000 + 10_000*d + rng.IntN(20_001) - 10_000)
+				for range adaptEvery {
+					b.adapt(1, wait)
+				}
+				sum += l
+				if d <= 2 {
+					near++
+				}
+			}
+			mean := float64(sum) / windows
+			if mean < float64(tt.best)-1 || mean > float64(tt.best)+1 {
+				t.Errorf("mean limit %.2f, want within one of %d", mean, tt.best)
+			}
+			if near < windows*3/4 {
+				t.Errorf("%d of %d windows within two steps of %d, want three quarters", near, windows, tt.best)
+			}
+		})
 	}
 }

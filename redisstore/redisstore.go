@@ -73,14 +73,14 @@ type Options struct {
 	// to run while the client reads the other's reply and the next batch
 	// gathers, a busy Redis stays busy with the fewest, largest batches.
 	//
-	// With smaller batches the wait is usually the round trip, and more
-	// calls in parallel shorten it; more also helps where the network is
-	// slow and Redis idle. But where the calls take over three times the
-	// round trip of a lone call with nothing ahead of it, they wait for
-	// each other in Redis (or for the CPU the client shares with it): one
-	// fewer is then let out every 64 calls, down to 2, so that each
-	// carries more requests for less of Redis's time per request, and one
-	// more, up to MaxInflight, while they take under twice that.
+	// With smaller batches the number in flight, between 2 and
+	// MaxInflight, follows the callers' wait: every 256 script calls it
+	// moves a step, and keeps its direction while the mean wait of a
+	// decision falls. Where the wait is the round trip (a slow network, an
+	// idle Redis), more calls in parallel shorten it; where calls wait for
+	// each other in Redis (or for the CPU the client shares with it),
+	// fewer, each carrying more requests for less of Redis's time per
+	// request, do.
 	//
 	// On a Cluster each slot has one script call in flight at a time, and
 	// the calls for a slot that arrive meanwhile go together in its next
