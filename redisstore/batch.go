@@ -210,12 +210,12 @@ func (b *batcher) room() bool {
 // script calls it takes the mean wait of the decisions they carried, from
 // the moment each was asked for to its result, moves the limit one step,
 // and keeps the direction while the mean falls, turning back when it
-// rises or at a bound (2 and maxInflight). So it settles around the best limit, whatever makes it best:
-// where calls queue at Redis (or for the CPU the client shares with it),
-// fewer in flight carry more decisions each for less of Redis's time per
-// decision; where the wait is the round trip, more in parallel shorten
-// it. With a fixed number of callers, the least wait is also the most
-// decisions a second.
+// rises or at a bound (2 and maxInflight). So it settles around the best
+// limit, whatever makes it best: where calls queue at Redis (or for the
+// CPU the client shares with it), fewer in flight carry more decisions
+// each for less of Redis's time per decision; where the wait is the round
+// trip, more in parallel shorten it. With a fixed number of callers, the
+// least wait is also the most decisions a second.
 //
 // Climbing replaces a rule that compared the round trips with the least
 // round trip of a call of one: on a 2-core Intel VM that least (16µs) was
