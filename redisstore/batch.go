@@ -196,13 +196,20 @@ func (c *call) wait() {
 // that, the wait is the round trip, and more of them in parallel decide
 // more.
 func (b *batcher) room() bool {
-	limit := b.maxInflight
+	limit := b.smallLimit()
 	if b.size >= smallBatch<<8 {
-		limit = min(limit, max(2, (limit+3)/4)) // 8 → 2, 16 → 4
-	} else if b.limit > 0 {
-		limit = b.limit
+		limit = min(b.maxInflight, max(2, (b.maxInflight+3)/4)) // 8 → 2, 16 → 4
 	}
 	return b.inflight < limit
+}
+
+// smallLimit is the room while batches are small: the limit adapt climbs
+// with, or maxInflight before it has moved. b.mu is held.
+func (b *batcher) smallLimit() int {
+	if b.limit == 0 {
+		return b.maxInflight
+	}
+	return b.limit
 }
 
 // Adapting the room while batches are small: the batcher climbs toward
@@ -250,9 +257,7 @@ func (b *batcher) adapt(k int, wait int64) {
 	}
 	mean := b.waits / b.waited
 	b.waits, b.waited, b.finishes = 0, 0, 0
-	if b.limit == 0 {
-		b.limit = b.maxInflight
-	}
+	b.limit = b.smallLimit()
 	if b.step == 0 {
 		b.step = -1
 	}
@@ -289,15 +294,18 @@ func (b *batcher) do(c *call) error {
 	if b.slots != nil {
 		return b.doSlot(c)
 	}
+	// When the caller asked, read before the lock rather than under it:
+	// the start of its round trip if it goes out at once, of its wait if
+	// it queues.
+	asked := b.now()
 	b.mu.Lock()
 	if len(b.pending) == 0 && b.room() && !b.closed {
 		// Room for another script call and nothing queued: no reason to
 		// wait for company, or for a worker to wake.
 		b.out(1)
 		b.mu.Unlock()
-		start := b.now()
 		b.s.send(c.ctx, []*call{c})
-		b.finished(1, int64(b.now().Sub(start)))
+		b.finished(1, int64(b.now().Sub(asked)))
 		return c.err
 	}
 	if b.closed {
@@ -305,7 +313,7 @@ func (b *batcher) do(c *call) error {
 		return floodgate.ErrClosed
 	}
 	c.wait()
-	c.asked = b.now()
+	c.asked = asked
 	b.pending = append(b.pending, c)
 	b.mu.Unlock()
 	b.signal()

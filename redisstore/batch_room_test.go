@@ -110,7 +110,7 @@ func TestBatcherAdapt(t *testing.T) {
 			}
 			window := func() {
 				for range adaptEvery {
-					b.adapt(tt.size, int64(tt.size)*tt.wait(b.room0()))
+					b.adapt(tt.size, int64(tt.size)*tt.wait(b.smallLimit()))
 				}
 			}
 			for range 40 { // settling: at most maxInflight steps, and turns
@@ -124,14 +124,6 @@ func TestBatcherAdapt(t *testing.T) {
 			}
 		})
 	}
-}
-
-// room0 is the limit that room applies while batches are small.
-func (b *batcher) room0() int {
-	if b.limit == 0 {
-		return b.maxInflight
-	}
-	return b.limit
 }
 
 // TestBatcherAdaptRoom checks that room follows the adapted limit while
@@ -179,7 +171,7 @@ func TestBatcherAdaptNoise(t *testing.T) {
 			const windows = 2000
 			var sum, near int
 			for range windows {
-				l := b.room0()
+				l := b.smallLimit()
 				d := max(l-tt.best, tt.best-l)
 				// 100µs at best, 10µs more a step, ±10µs of noise.
 				wait := int64(100_000 + 10_000*d + rng.IntN(20_001) - 10_000)
