@@ -11,8 +11,10 @@ import "sync/atomic"
 //
 // A reader loads the table, then probes it from the key's hash; a slot
 // holds nil (the probe ends), gone (a removed entry: the probe goes on) or
-// an entry. The writer never moves an entry within a table: it grows or
-// cleans the table by building a new one and swapping it in. A reader
+// an entry, beside that entry's hash, so that a probe passes the slots of
+// other keys without reading their entries: each would be a cache miss.
+// The writer never moves an entry within a table: it grows or cleans the
+// table by building a new one and swapping it in. A reader
 // that still holds an old table can find an entry removed since, which
 // the entry's dead flag tells it, or miss one added since; either way it
 // goes to the shard's lock, where the index is current.
@@ -22,8 +24,16 @@ type memIndex struct {
 }
 
 type memTable struct {
-	slots []atomic.Pointer[memEntry] // a power of two of them
-	used  int                        // slots not nil: live and gone; the shard's lock
+	slots []memSlot // a power of two of them
+	used  int       // slots not nil: live and gone; the shard's lock
+}
+
+// memSlot is a slot of a memTable. hash is written once, before e is
+// first stored, and e is never nil again after: a reader that loads e
+// not nil may read hash without a lock.
+type memSlot struct {
+	hash uint64 // the hash of the entry e was first stored with
+	e    atomic.Pointer[memEntry]
 }
 
 // gone marks the slot of a removed entry. It is never locked, read or
@@ -34,7 +44,7 @@ var gone = new(memEntry)
 const minSlots = 8
 
 func (x *memIndex) init() {
-	x.tab.Store(&memTable{slots: make([]atomic.Pointer[memEntry], minSlots)})
+	x.tab.Store(&memTable{slots: make([]memSlot, minSlots)})
 	x.n = 0
 }
 
@@ -43,11 +53,12 @@ func (x *memIndex) lookup(h uint64, key string) *memEntry {
 	t := x.tab.Load()
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
-		e := t.slots[i].Load()
+		sl := &t.slots[i]
+		e := sl.e.Load()
 		if e == nil {
 			return nil
 		}
-		if e.hash == h && e != gone && e.key == key {
+		if sl.hash == h && e != gone && e.key == key {
 			return e
 		}
 	}
@@ -68,10 +79,11 @@ func (x *memIndex) add(e *memEntry) {
 func (t *memTable) put(e *memEntry) {
 	mask := uint64(len(t.slots) - 1)
 	i := e.hash & mask
-	for t.slots[i].Load() != nil {
+	for t.slots[i].e.Load() != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i].Store(e)
+	t.slots[i].hash = e.hash
+	t.slots[i].e.Store(e)
 	t.used++
 }
 
@@ -80,9 +92,9 @@ func (x *memIndex) remove(e *memEntry) {
 	t := x.tab.Load()
 	mask := uint64(len(t.slots) - 1)
 	for i := e.hash & mask; ; i = (i + 1) & mask {
-		switch t.slots[i].Load() {
+		switch t.slots[i].e.Load() {
 		case e:
-			t.slots[i].Store(gone)
+			t.slots[i].e.Store(gone)
 			x.n--
 			return
 		case nil:
@@ -99,9 +111,9 @@ func (x *memIndex) rebuild(want int) *memTable {
 		size *= 2
 	}
 	old := x.tab.Load()
-	t := &memTable{slots: make([]atomic.Pointer[memEntry], size)}
+	t := &memTable{slots: make([]memSlot, size)}
 	for j := range old.slots {
-		if e := old.slots[j].Load(); e != nil && e != gone {
+		if e := old.slots[j].e.Load(); e != nil && e != gone {
 			t.put(e)
 		}
 	}
@@ -114,7 +126,7 @@ func (x *memIndex) rebuild(want int) *memTable {
 func (x *memIndex) all(fn func(e *memEntry)) {
 	t := x.tab.Load()
 	for j := range t.slots {
-		if e := t.slots[j].Load(); e != nil && e != gone {
+		if e := t.slots[j].e.Load(); e != nil && e != gone {
 			fn(e)
 		}
 	}

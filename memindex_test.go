@@ -7,8 +7,9 @@ import (
 )
 
 // TestMemIndex adds, finds and removes entries, with hashes that collide
-// (the probes then run through gone slots) and with enough keys to grow
-// and clean the table several times.
+// (the probes then run through gone slots), hashes that differ but start
+// their probes at one slot (a probe then passes slots by their hashes
+// alone), and enough keys to grow and clean the table several times.
 func TestMemIndex(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -16,6 +17,7 @@ func TestMemIndex(t *testing.T) {
 	}{
 		{"spread", func(i int) uint64 { return uint64(i) * 0x9e3779b97f4a7c15 }},
 		{"colliding", func(i int) uint64 { return uint64(i % 3) }},
+		{"one start", func(i int) uint64 { return uint64(i+1) << 40 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var x memIndex
