@@ -62,3 +62,24 @@ func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group
 	}
 	return ds, errs, gds, gerr
 }
+
+// TakePipeline decides a request of cost n on each of keys with pol, a
+// Policy that s prepared, all in one pipeline of a script call per slot,
+// as the batcher sends a Cluster master's queued calls, and returns each
+// decision and its error.
+func (s *Store) TakePipeline(ctx context.Context, pol core.Policy, keys []string, n int64) ([]core.Decision, []error) {
+	p := pol.(*policy)
+	calls := make([]*call, len(keys))
+	for i, k := range keys {
+		calls[i] = &call{ctx: ctx, p: p, keys: p.keys(k), n: n, now: s.nowArg(), specs: p.params, op: opTake}
+		calls[i].slot = slotOf(calls[i].keys[0])
+	}
+	s.sendPipeline(ctx, calls)
+	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
+	for i, c := range calls {
+		if errs[i] = c.err; c.err == nil {
+			ds[i] = c.decision()
+		}
+	}
+	return ds, errs
+}

@@ -286,11 +286,20 @@ func putDouble(b []byte, v int64) {
 // A group (not all or nothing) goes in the same call, its requests after
 // an argument "g<count>", and is decided whole or handed on whole.
 func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
+	calls, keys, args, n := bucketsArgs(calls)
+	s.counted(1, n)
+	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
+	s.readBuckets(ctx, calls, n, res, err)
+}
+
+// bucketsArgs returns calls in the order bucketBatch reads them, its keys
+// and arguments for them, and how many requests they hold (a group's
+// members each).
+func bucketsArgs(calls []*call) ([]*call, []string, []any, int) {
 	n := 0
 	for _, c := range calls {
 		n += max(len(c.group), 1)
 	}
-	s.counted(1, n)
 	keys := appendKeys(make([]string, 0, n), calls)
 	var shared []bool                                               // for each of keys: whether another request names it too
 	if dup := repeats(keys); dup != nil || len(keys) > len(calls) { // repeats, or a group of several
@@ -311,7 +320,13 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 			i++
 		}
 	}
-	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
+	return calls, keys, args, n
+}
+
+// readBuckets sets the results of calls, as bucketsArgs ordered them, of n
+// requests, from bucketBatch's reply res or its error err, and hands on to
+// decide.lua those that the fast path did not decide.
+func (s *Store) readBuckets(ctx context.Context, calls []*call, n int, res string, err error) {
 	read := func(c *call) {
 		switch {
 		case err != nil:
@@ -552,7 +567,7 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys [
 		return cmd
 	case functionMissing(err):
 		// Still not found after loading: this call uses a script.
-	case isRedisError(err) && (strings.HasPrefix(err.Error(), "ERR unknown command") || strings.HasPrefix(err.Error(), "NOPERM")):
+	case functionsRefused(err):
 		s.noFunctions.Store(true) // Redis 6, or an ACL without FCALL
 	default:
 		return cmd // a failure to reach Redis, or the function's own error
@@ -564,6 +579,12 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys [
 // loaded: the call was not run.
 func functionMissing(err error) bool {
 	return isRedisError(err) && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
+// functionsRefused reports whether err is Redis refusing FCALL: a server
+// before Redis 7, or an ACL that does not allow it.
+func functionsRefused(err error) bool {
+	return isRedisError(err) && (strings.HasPrefix(err.Error(), "ERR unknown command") || strings.HasPrefix(err.Error(), "NOPERM"))
 }
 
 func isRedisError(err error) bool {

@@ -55,10 +55,11 @@ type Options struct {
 	Clock floodgate.Clock
 	// DisableBatching sends every decision in a script call of its own.
 	// By default, decisions made while others are in flight are sent
-	// together, in one script call per Cluster slot, which multiplies
-	// throughput under concurrency; a decision that finds nothing in
-	// flight is sent at once, so batching adds no latency to a lone
-	// caller. Results are the same either way.
+	// together, in one script call (on a Cluster, one pipeline per master
+	// with a script call per slot), which multiplies throughput under
+	// concurrency; a decision that finds nothing in flight is sent at
+	// once, so batching adds no latency to a lone caller. Results are the
+	// same either way.
 	DisableBatching bool
 	// MaxInflight is how many script calls (batches) may be in flight at
 	// once on a standalone server. Default: 8, so that up to eight
@@ -82,9 +83,11 @@ type Options struct {
 	// fewer, each carrying more requests for less of Redis's time per
 	// request, do.
 	//
-	// On a Cluster each slot has one script call in flight at a time, and
-	// the calls for a slot that arrive meanwhile go together in its next
-	// one, so a slow master holds up only its own slots.
+	// On a Cluster each master has up to four pipelines in flight at a
+	// time, whatever MaxInflight says, and the calls for its slots that
+	// arrive meanwhile go together in its next one, a script call per
+	// slot in one round trip, so a slow master holds up only its own
+	// slots.
 	MaxInflight int
 	// MaxBatch is the most decisions in one batch. Default: 128.
 	MaxBatch int
@@ -752,9 +755,11 @@ func (s *Store) wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: redis: %w", floodgate.ErrStore, err)
 }
 
-// counted adds script calls carrying decisions to the Store's Stats.
+// counted adds script calls carrying decisions, in one round trip, to
+// the Store's Stats.
 func (s *Store) counted(scripts, decisions int) {
 	if s.batch != nil {
+		s.batch.trips.Add(1)
 		s.batch.scripts.Add(uint64(scripts))
 		s.batch.decisions.Add(uint64(decisions))
 	}
@@ -764,6 +769,7 @@ func (s *Store) counted(scripts, decisions int) {
 type Stats struct {
 	Decisions   uint64 // decisions sent (each Take is one)
 	ScriptCalls uint64 // script calls that carried them
+	RoundTrips  uint64 // round trips to Redis that carried the script calls: on a Cluster a pipeline of several is one
 }
 
 // Stats returns the Store's counters; with batching off they are zero.
@@ -772,7 +778,7 @@ func (s *Store) Stats() Stats {
 	if s.batch == nil {
 		return Stats{}
 	}
-	return Stats{Decisions: s.batch.decisions.Load(), ScriptCalls: s.batch.scripts.Load()}
+	return Stats{Decisions: s.batch.decisions.Load(), ScriptCalls: s.batch.scripts.Load(), RoundTrips: s.batch.trips.Load()}
 }
 
 // Close makes further calls fail with floodgate.ErrClosed, and closes the

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
@@ -1354,4 +1355,120 @@ func TestRecoveryAfterLongOutage(t *testing.T) {
 	if fb.State() != fallback.Primary || took > 1200*time.Millisecond {
 		t.Fatalf("back on Redis after %s (state %v), want by go-redis's next one-second redial", took, fb.State())
 	}
+}
+
+// TestPipelinePerMaster sends calls for many slots of one Cluster master
+// in one pipeline, as the batcher sends a master's queued calls: each key
+// is admitted exactly its quota over four rounds, for lone buckets and
+// fixed windows on the fast path, keys named twice in a round, two limits
+// a key, which go through decide.lua beside the pipeline, and a key whose
+// override the fast path hands on to decide.lua; and once the master has
+// lost its functions (FUNCTION FLUSH), the slots whose script calls found
+// none are decided all the same.
+func TestPipelinePerMaster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	ctx := context.Background()
+	bw := bucketAndWindow(t) // a quota of 3 each, an hour
+	bucket, window := bw[0], bw[1]
+	for i, tc := range []struct {
+		name  string
+		specs []core.Spec
+		twice bool // each key twice a round
+		flush bool // FUNCTION FLUSH on the master first
+		ovr   bool // the first key has an override of two limits, 2 an hour
+	}{
+		{"token bucket", []core.Spec{bucket}, false, false, false},
+		{"fixed window", []core.Spec{window}, false, false, false},
+		{"keys twice", []core.Spec{bucket}, true, false, false},
+		{"two limits", []core.Spec{bucket, window}, false, false, false},
+		{"an override", []core.Spec{bucket}, false, false, true},
+		{"functions flushed", []core.Spec{bucket}, false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("pipe%d:", i)})
+			pol, err := st.Prepare(tc.specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Keys of many slots, all on the master of the first.
+			master := st.Partition("k0")
+			var keys []string
+			for j := 0; len(keys) < 24; j++ {
+				if k := fmt.Sprintf("k%d", j); st.Partition(k) == master {
+					keys = append(keys, k)
+				}
+			}
+			if master == "" || len(slotsOf(keys)) < 16 {
+				t.Fatalf("master %q, keys in %d slots: want many slots on one master", master, len(slotsOf(keys)))
+			}
+			if tc.twice {
+				keys = append(keys, keys...)
+			}
+			want := map[string]int{}
+			for _, k := range keys {
+				want[k] = 3 // the quota
+			}
+			if tc.ovr {
+				lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 3))
+				two := []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 2), floodgate.FixedWindow(9, time.Hour)}
+				if err := lim.SetOverride(ctx, keys[0], floodgate.Override{Limits: two}, floodgate.AsIs); err != nil {
+					t.Fatal(err)
+				}
+				want[keys[0]] = 2
+			}
+			if tc.flush {
+				for _, s := range cluster.Servers {
+					if s.Addr == master {
+						if err := s.Client(t).FunctionFlush(ctx).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+			// A decision of its own first: on a new cluster it loads the
+			// functions on every master.
+			if _, errs := st.TakePipeline(ctx, pol, []string{"warm-up"}, 1); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			admitted := map[string]int{}
+			for round := range 4 {
+				before := st.Stats()
+				ds, errs := st.TakePipeline(ctx, pol, keys, 1)
+				after := st.Stats()
+				if fast := len(tc.specs) == 1 && !tc.flush && !tc.ovr; fast && (after.RoundTrips-before.RoundTrips != 1 || after.ScriptCalls-before.ScriptCalls != uint64(len(slotsOf(keys)))) {
+					t.Errorf("round %d: %d round trips carried %d script calls, want 1 carrying one per slot, %d", round,
+						after.RoundTrips-before.RoundTrips, after.ScriptCalls-before.ScriptCalls, len(slotsOf(keys)))
+				}
+				for j, k := range keys {
+					if errs[j] != nil {
+						t.Fatalf("round %d, key %s: %v", round, k, errs[j])
+					}
+					if ds[j].Allowed {
+						admitted[k]++
+					}
+				}
+			}
+			for _, k := range keys {
+				if admitted[k] != want[k] {
+					t.Errorf("key %s admitted %d times in four rounds of %d requests, want %d (its quota)", k, admitted[k], 4*(1+btoi(tc.twice)), want[k])
+				}
+			}
+		})
+	}
+}
+
+func slotsOf(keys []string) map[int]bool {
+	m := map[int]bool{}
+	for _, k := range keys {
+		m[redisstore.SlotOf(k)] = true
+	}
+	return m
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,6 +1,12 @@
 package redisstore
 
-import "strings"
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // slotOf returns the Redis Cluster slot of key: CRC16 of its hash tag (the
 // part between the first { and the next }, when not empty) modulo 16384.
@@ -50,4 +56,97 @@ func groupBySlot(calls []*call) [][]*call {
 		groups[i] = bySlot[slot]
 	}
 	return groups
+}
+
+// masterOf returns the address of the Cluster master that holds key, as
+// the client's view of the cluster has it, or "" when that is not known
+// (outside a Cluster, or before the client could load its view).
+func (s *Store) masterOf(ctx context.Context, key string) string {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+// sendPipeline runs calls, whose keys a Cluster's client expects on one
+// master, in one round trip: a pipeline of one script call of the fast
+// path per slot. The slots whose calls the fast path cannot decide, and
+// every slot when Redis does not take functions, go as send would send
+// them, side by side with the pipeline. It sets every call's result and
+// wakes its caller.
+func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
+	groups := groupBySlot(calls)
+	if len(groups) == 1 {
+		s.sendGroup(ctx, groups[0])
+		release(groups[0])
+		return
+	}
+	var wg sync.WaitGroup
+	sendAlone := func(g []*call) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.sendGroup(ctx, g)
+			release(g)
+		}()
+	}
+	type piped struct {
+		calls []*call // in the order the script reads them
+		group []*call // as grouped, to send alone if the function is missing
+		n     int     // requests
+		one   bool    // a lone request: bucketFunction's reply
+		cmd   *redis.Cmd
+	}
+	var ps []piped
+	pipe := s.client.Pipeline()
+	for _, g := range groups {
+		fast, inGroups := s.allFast(g)
+		if !fast || s.noFastPath || s.noFunctions.Load() {
+			sendAlone(g)
+			continue
+		}
+		if len(g) == 1 && !inGroups {
+			c := g[0]
+			ps = append(ps, piped{calls: g, group: g, n: 1, one: true,
+				cmd: pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.boxed(c.now, c.n, c.op, false))})
+			continue
+		}
+		ordered, keys, args, n := bucketsArgs(g)
+		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: pipe.FCall(ctx, bucketsFunction, keys, args...)})
+	}
+	if len(ps) > 0 {
+		pipe.Exec(ctx) // each command keeps its own reply or error
+		if s.batch != nil {
+			s.batch.trips.Add(1)
+		}
+		for _, p := range ps {
+			if err := p.cmd.Err(); functionMissing(err) || functionsRefused(err) {
+				// Not loaded on this master (a new one, or flushed), or
+				// refused: send decides how, as for a call of its own.
+				sendAlone(p.group)
+				continue
+			}
+			if s.batch != nil {
+				s.batch.scripts.Add(1)
+				s.batch.decisions.Add(uint64(p.n))
+			}
+			if p.one {
+				c := p.calls[0]
+				c.out, c.err = s.bucketResult(c, p.cmd)
+				if c.err == errNotFast {
+					s.handOn(ctx, p.calls)
+				}
+			} else {
+				res, err := p.cmd.Text()
+				s.readBuckets(ctx, p.calls, p.n, res, err)
+			}
+			release(p.group)
+		}
+	}
+	wg.Wait()
 }

@@ -717,8 +717,8 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 func clusterScaling(dur time.Duration, runs int) {
 	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
 	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
-	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | floodgate script calls per round trip |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, masters := range []int{1, 3, 6} {
 		addrs, stop := procs.StartCluster(masters)
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
@@ -754,11 +754,12 @@ func clusterScaling(dur time.Duration, runs int) {
 		base := median(res[1]).perSec
 		for i := range ds {
 			m := median(res[i])
-			per := "-"
+			per, trip := "-", "-"
 			if i == 0 {
 				per = fmt.Sprintf("%.1f", float64(s1.Decisions-s0.Decisions)/float64(max(s1.ScriptCalls-s0.ScriptCalls, 1)))
+				trip = fmt.Sprintf("%.1f", float64(s1.ScriptCalls-s0.ScriptCalls)/float64(max(s1.RoundTrips-s0.RoundTrips, 1)))
 			}
-			fmt.Printf("| %d | %s | %.0f | %s | %s | %.2f× | %s |\n", masters, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base, per)
+			fmt.Printf("| %d | %s | %.0f | %s | %s | %.2f× | %s | %s |\n", masters, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base, per, trip)
 		}
 		fg.Close()
 		cc.Close()
