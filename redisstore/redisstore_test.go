@@ -1417,19 +1417,24 @@ func TestPipelinePerMaster(t *testing.T) {
 				}
 				want[keys[0]] = 2
 			}
-			if tc.flush {
-				for _, s := range cluster.Servers {
-					if s.Addr == master {
-						if err := s.Client(t).FunctionFlush(ctx).Err(); err != nil {
-							t.Fatal(err)
-						}
-					}
-				}
-			}
 			// A decision of its own first: on a new cluster it loads the
 			// functions on every master.
 			if _, errs := st.TakePipeline(ctx, pol, []string{"warm-up"}, 1); errs[0] != nil {
 				t.Fatal(errs[0])
+			}
+			var flushed *redis.Client
+			if tc.flush {
+				for _, s := range cluster.Servers {
+					if s.Addr == master {
+						flushed = s.Client(t)
+					}
+				}
+				if err := flushed.FunctionFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := flushed.ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			admitted := map[string]int{}
 			for round := range 4 {
@@ -1447,6 +1452,17 @@ func TestPipelinePerMaster(t *testing.T) {
 					if ds[j].Allowed {
 						admitted[k]++
 					}
+				}
+			}
+			if flushed != nil {
+				// The pipeline's slots found no function: the library was
+				// loaded once for them, not once a slot.
+				stats, err := flushed.Info(ctx, "commandstats").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(stats, "cmdstat_function|load:calls=1,") {
+					t.Errorf("FUNCTION LOAD on the flushed master, want one call:\n%s", stats)
 				}
 			}
 			for _, k := range keys {

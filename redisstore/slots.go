@@ -124,11 +124,19 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		if s.batch != nil {
 			s.batch.trips.Add(1)
 		}
+		var again [][]*call
+		loaded := false
 		for _, p := range ps {
 			if err := p.cmd.Err(); functionMissing(err) || functionsRefused(err) {
 				// Not loaded on this master (a new one, or flushed), or
-				// refused: send decides how, as for a call of its own.
-				sendAlone(p.group)
+				// refused: sent again on its own, where run decides how,
+				// once the library is loaded (once for the pipeline,
+				// rather than by each slot's call).
+				if functionMissing(err) && !loaded {
+					s.loadLibrary(ctx) // if it fails, run tries again and says why
+					loaded = true
+				}
+				again = append(again, p.group)
 				continue
 			}
 			if s.batch != nil {
@@ -146,6 +154,9 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 				s.readBuckets(ctx, p.calls, p.n, res, err)
 			}
 			release(p.group)
+		}
+		for _, g := range again {
+			sendAlone(g)
 		}
 	}
 	wg.Wait()
