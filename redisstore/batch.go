@@ -499,6 +499,13 @@ func (s *Store) send(ctx context.Context, calls []*call) {
 	if s.cluster {
 		groups = groupBySlot(calls)
 	}
+	s.sendGroups(ctx, groups)
+}
+
+// sendGroups runs each of groups, whose keys share a slot, in a script
+// call of its own, side by side, and wakes each group's callers as soon as
+// its own script call returns.
+func (s *Store) sendGroups(ctx context.Context, groups [][]*call) {
 	if len(groups) == 1 {
 		s.sendGroup(ctx, groups[0])
 		release(groups[0])

@@ -25,10 +25,7 @@ func (s *Store) TakeBatch(ctx context.Context, pol core.Policy, keys []string, n
 // requests of cost n on group's keys at the start of the batch: it
 // returns the group's decisions and error too.
 func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group []string, n int64) ([]core.Decision, []error, []core.Decision, error) {
-	p := pol.(*policy)
-	newCall := func(k string) *call {
-		return &call{ctx: ctx, p: p, keys: p.keys(k), n: n, now: s.nowArg(), specs: p.params, op: opTake}
-	}
+	newCall := func(k string) *call { return s.testCall(ctx, pol, k, n) }
 	var calls, members []*call
 	if len(group) > 0 {
 		for _, k := range group {
@@ -41,12 +38,7 @@ func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group
 		calls = append(calls, newCall(k))
 	}
 	s.send(ctx, calls)
-	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
-	for i, c := range calls[ng:] {
-		if errs[i] = c.err; c.err == nil {
-			ds[i] = c.decision()
-		}
-	}
+	ds, errs := decisions(calls[ng:])
 	var gds []core.Decision
 	var gerr error
 	for _, c := range calls[:ng] {
@@ -68,14 +60,25 @@ func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group
 // as the batcher sends a Cluster master's queued calls, and returns each
 // decision and its error.
 func (s *Store) TakePipeline(ctx context.Context, pol core.Policy, keys []string, n int64) ([]core.Decision, []error) {
-	p := pol.(*policy)
 	calls := make([]*call, len(keys))
 	for i, k := range keys {
-		calls[i] = &call{ctx: ctx, p: p, keys: p.keys(k), n: n, now: s.nowArg(), specs: p.params, op: opTake}
+		calls[i] = s.testCall(ctx, pol, k, n)
 		calls[i].slot = slotOf(calls[i].keys[0])
 	}
 	s.sendPipeline(ctx, calls)
-	ds, errs := make([]core.Decision, len(keys)), make([]error, len(keys))
+	return decisions(calls)
+}
+
+// testCall returns a call that takes n on key with pol, a Policy that s
+// prepared.
+func (s *Store) testCall(ctx context.Context, pol core.Policy, key string, n int64) *call {
+	p := pol.(*policy)
+	return &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: s.nowArg(), specs: p.params, op: opTake}
+}
+
+// decisions returns each of calls' decision and error.
+func decisions(calls []*call) ([]core.Decision, []error) {
+	ds, errs := make([]core.Decision, len(calls)), make([]error, len(calls))
 	for i, c := range calls {
 		if errs[i] = c.err; c.err == nil {
 			ds[i] = c.decision()

@@ -156,7 +156,13 @@ func (f *foreignKeys) settle(c *call) {
 // the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
-	c.out, c.err = s.bucketResult(c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op, false)))
+	s.readBucket(ctx, c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op, false)))
+}
+
+// readBucket sets c's result from the fast path's reply cmd, and hands c
+// on to decide.lua when the fast path did not decide it.
+func (s *Store) readBucket(ctx context.Context, c *call, cmd *redis.Cmd) {
+	c.out, c.err = s.bucketResult(c, cmd)
 	if c.err == errNotFast {
 		s.handOn(ctx, []*call{c})
 	}

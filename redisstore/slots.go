@@ -82,18 +82,8 @@ func (s *Store) masterOf(ctx context.Context, key string) string {
 func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 	groups := groupBySlot(calls)
 	if len(groups) == 1 {
-		s.sendGroup(ctx, groups[0])
-		release(groups[0])
+		s.sendGroups(ctx, groups)
 		return
-	}
-	var wg sync.WaitGroup
-	sendAlone := func(g []*call) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.sendGroup(ctx, g)
-			release(g)
-		}()
 	}
 	type piped struct {
 		calls []*call // in the order the script reads them
@@ -103,11 +93,12 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		cmd   *redis.Cmd
 	}
 	var ps []piped
+	var alone [][]*call
 	pipe := s.client.Pipeline()
 	for _, g := range groups {
 		fast, inGroups := s.allFast(g)
 		if !fast || s.noFastPath || s.noFunctions.Load() {
-			sendAlone(g)
+			alone = append(alone, g)
 			continue
 		}
 		if len(g) == 1 && !inGroups {
@@ -119,13 +110,19 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		ordered, keys, args, n := bucketsArgs(g)
 		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: pipe.FCall(ctx, bucketsFunction, keys, args...)})
 	}
+	var wg sync.WaitGroup
+	if len(alone) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.sendGroups(ctx, alone)
+		}()
+	}
 	if len(ps) > 0 {
 		pipe.Exec(ctx) // each command keeps its own reply or error
-		if s.batch != nil {
-			s.batch.trips.Add(1)
-		}
 		var again [][]*call
 		loaded := false
+		scripts, decisions := 0, 0
 		for _, p := range ps {
 			if err := p.cmd.Err(); functionMissing(err) || functionsRefused(err) {
 				// Not loaded on this master (a new one, or flushed), or
@@ -139,24 +136,20 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 				again = append(again, p.group)
 				continue
 			}
-			if s.batch != nil {
-				s.batch.scripts.Add(1)
-				s.batch.decisions.Add(uint64(p.n))
-			}
+			scripts, decisions = scripts+1, decisions+p.n
 			if p.one {
-				c := p.calls[0]
-				c.out, c.err = s.bucketResult(c, p.cmd)
-				if c.err == errNotFast {
-					s.handOn(ctx, p.calls)
-				}
+				s.readBucket(ctx, p.calls[0], p.cmd)
 			} else {
 				res, err := p.cmd.Text()
 				s.readBuckets(ctx, p.calls, p.n, res, err)
 			}
 			release(p.group)
 		}
-		for _, g := range again {
-			sendAlone(g)
+		if scripts > 0 {
+			s.counted(scripts, decisions)
+		}
+		if len(again) > 0 {
+			s.sendGroups(ctx, again)
 		}
 	}
 	wg.Wait()
