@@ -4,7 +4,7 @@
 // redis-server that this program starts, with the same domain file and
 // the same load.
 //
-//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3]
+//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3] [-callers 1,64] [-descriptors 1,3]
 //
 // Cells: 1 and 64 concurrent callers (gRPC streams on one connection, as
 // Envoy multiplexes them), one and three descriptors per request, over
@@ -32,6 +32,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -65,7 +66,15 @@ func main() {
 	duration := flag.Duration("duration", 3*time.Second, "length of one run of one cell")
 	runs := flag.Int("runs", 3, "runs per service and cell; medians are reported")
 	port := flag.Int("port", 0, "loopback port for the redis-server this program starts (0: a free one)")
+	callerList := flag.String("callers", "1,64", "the numbers of concurrent callers to measure, comma-separated")
+	descList := flag.String("descriptors", "1,3", "the numbers of descriptors per request to measure, comma-separated (1 or 3)")
 	flag.Parse()
+	callerCounts, descCounts := numbers("-callers", *callerList), numbers("-descriptors", *descList)
+	for _, n := range descCounts {
+		if n != 1 && n != 3 {
+			log.Fatalf("-descriptors: %d: the requests have 1 or 3 descriptors", n)
+		}
+	}
 
 	// What this program starts is stopped on every way out: the end of
 	// main, a failure (fail panics, so that the deferred stops run, and
@@ -118,8 +127,8 @@ func main() {
 		name, addr string
 		pid        int
 	}{{"envoyproxy/ratelimit", peer.GRPC, peer.PID()}, {"floodgate", fgAddr, fgPID}}
-	for _, callers := range []int{1, 64} {
-		for _, descs := range []int{1, 3} {
+	for _, callers := range callerCounts {
+		for _, descs := range descCounts {
 			var results [2][]result
 			for range *runs {
 				for i, tg := range targets {
@@ -152,6 +161,20 @@ func main() {
 			}
 		}
 	}
+}
+
+// numbers parses a flag's comma-separated list of positive numbers, or
+// exits.
+func numbers(name, list string) []int {
+	var ns []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			log.Fatalf("%s: %q is not a positive number", name, f)
+		}
+		ns = append(ns, n)
+	}
+	return ns
 }
 
 // stopList stops what the program started, the latest first, once, from
