@@ -70,7 +70,8 @@ const (
 // room while fewer than maxInflight script calls are in flight (fewer,
 // down to two, while they queue at Redis: see adapt), and fewer than a
 // quarter as many (but two) while the script calls that go out carry
-// smallBatch calls or more (see room). On a Cluster each master queues
+// smallBatch calls or more, a call then going out beside another only
+// with half a batch (see room). On a Cluster each master queues
 // on its own instead, and a batch for a master goes out as one pipeline
 // of a script call per slot (see doCluster).
 type batcher struct {
@@ -184,11 +185,12 @@ func (c *call) wait() {
 	c.queued = true
 }
 
-// room reports whether another script call may go out now: fewer than
-// maxInflight are in flight, and, if the script calls that went out lately
-// carried smallBatch calls or more, fewer than a quarter as many (rounded
-// up), or two, whichever is more (never more than maxInflight). b.mu is
-// held.
+// room reports whether a script call of k calls may go out now: fewer
+// than maxInflight are in flight, and, if the script calls that went out
+// lately carried smallBatch calls or more, fewer than a quarter as many
+// (rounded up), or two, whichever is more (never more than maxInflight),
+// and then, while any is in flight, only with at least half as many
+// calls as those carried. b.mu is held.
 //
 // Batches that large mean that many decisions wait: Redis, or the CPU
 // that the client shares with it, is then the bottleneck, and each
@@ -196,10 +198,21 @@ func (c *call) wait() {
 // flight, with larger batches, decide more. With batches smaller than
 // that, the wait is the round trip, and more of them in parallel decide
 // more.
-func (b *batcher) room() bool {
+//
+// While a large batch is in flight, Redis is busy with it: a call that
+// went out beside it with the first caller to come would wait behind it
+// there, and cost Redis and the client a script call for one decision.
+// Requests that reach the store one at a time (a service's, through its
+// server) made about half of floodgate serve's script calls such calls of
+// one. So they wait for company here instead, and go with half a batch,
+// early enough to keep Redis busy, or when nothing is in flight.
+func (b *batcher) room(k int) bool {
 	limit := b.smallLimit()
 	if b.size >= smallBatch<<8 {
 		limit = min(b.maxInflight, max(2, (b.maxInflight+3)/4)) // 8 → 2, 16 → 4
+		if b.inflight > 0 && k<<9 < b.size {
+			return false // fewer than half the recent batches' size (in 256ths)
+		}
 	}
 	return b.inflight < limit
 }
@@ -300,7 +313,7 @@ func (b *batcher) do(c *call) error {
 	// it queues.
 	asked := b.now()
 	b.mu.Lock()
-	if len(b.pending) == 0 && b.room() && !b.closed {
+	if len(b.pending) == 0 && b.room(1) && !b.closed {
 		// Room for another script call and nothing queued: no reason to
 		// wait for company, or for a worker to wake.
 		b.out(1)
@@ -316,8 +329,13 @@ func (b *batcher) do(c *call) error {
 	c.wait()
 	c.asked = asked
 	b.pending = append(b.pending, c)
+	// A worker is woken only when it can send: room opens otherwise only
+	// as a script call ends, and finished wakes one then.
+	wake := b.room(min(len(b.pending), b.maxBatch))
 	b.mu.Unlock()
-	b.signal()
+	if wake {
+		b.signal()
+	}
 	select {
 	case <-c.ready:
 		return c.err
@@ -439,7 +457,7 @@ func (b *batcher) worker() {
 		}
 		for {
 			b.mu.Lock()
-			if len(b.pending) == 0 || !b.room() {
+			if len(b.pending) == 0 || !b.room(min(len(b.pending), b.maxBatch)) {
 				b.mu.Unlock()
 				break
 			}

@@ -7,35 +7,44 @@ import (
 
 // TestBatcherRoom holds the batcher to maxInflight script calls in flight
 // while its batches are small, and to a quarter as many, rounded up, but
-// two, while they carry smallBatch calls or more.
+// two, while they carry smallBatch calls or more; a call then goes out
+// beside one in flight only with half as many calls as those carried.
 func TestBatcherRoom(t *testing.T) {
 	tests := []struct {
 		name        string
 		maxInflight int
 		size        int // calls in each script call that went out lately
 		inflight    int
+		k           int // calls in the script call that would go out
 		want        bool
 	}{
-		{"idle", 4, 0, 0, true},
-		{"default, small batches, below the cap", 8, 1, 7, true},
-		{"default, small batches, at the cap", 8, 1, 8, false},
-		{"default, large batches, below two", 8, 13, 1, true},
-		{"default, large batches, at two", 8, 13, 2, false},
-		{"sixteen, large batches, below a quarter", 16, 13, 3, true},
-		{"sixteen, large batches, at a quarter", 16, 13, 4, false},
-		{"small batches, below the cap", 4, 1, 3, true},
-		{"small batches, at the cap", 4, 2, 4, false},
-		{"just below smallBatch", 4, smallBatch - 1, 3, true},
-		{"large batches, below two", 4, 19, 1, true},
-		{"large batches, at two", 4, 19, 2, false},
-		{"at smallBatch, at two", 4, smallBatch, 2, false},
-		{"three, large batches: two", 3, 19, 1, true},
-		{"three, large batches, at two", 3, 19, 2, false},
-		{"one in flight at most", 1, 1, 1, false},
-		{"one in flight at most, none yet", 1, 19, 0, true},
-		{"two, large batches: still two", 2, 19, 1, true},
-		{"two, large batches, at two", 2, 19, 2, false},
-		{"two, small batches: two", 2, 1, 1, true},
+		{"idle", 4, 0, 0, 1, true},
+		{"default, small batches, below the cap", 8, 1, 7, 1, true},
+		{"default, small batches, at the cap", 8, 1, 8, 1, false},
+		{"default, large batches, below two", 8, 13, 1, 13, true},
+		{"default, large batches, at two", 8, 13, 2, 13, false},
+		{"sixteen, large batches, below a quarter", 16, 13, 3, 13, true},
+		{"sixteen, large batches, at a quarter", 16, 13, 4, 13, false},
+		{"small batches, below the cap", 4, 1, 3, 1, true},
+		{"small batches, at the cap", 4, 2, 4, 2, false},
+		{"just below smallBatch", 4, smallBatch - 1, 3, 1, true},
+		{"large batches, below two", 4, 19, 1, 19, true},
+		{"large batches, at two", 4, 19, 2, 19, false},
+		{"at smallBatch, at two", 4, smallBatch, 2, smallBatch, false},
+		{"three, large batches: two", 3, 19, 1, 19, true},
+		{"three, large batches, at two", 3, 19, 2, 19, false},
+		{"one in flight at most", 1, 1, 1, 1, false},
+		{"one in flight at most, none yet", 1, 19, 0, 1, true},
+		{"two, large batches: still two", 2, 19, 1, 19, true},
+		{"two, large batches, at two", 2, 19, 2, 19, false},
+		{"two, small batches: two", 2, 1, 1, 1, true},
+		{"large batches, one in flight: a call of one waits", 8, 20, 1, 1, false},
+		{"large batches, one in flight: just under half waits", 8, 20, 1, 9, false},
+		{"large batches, one in flight: half goes", 8, 20, 1, 10, true},
+		{"large batches, none in flight: a call of one goes", 8, 20, 0, 1, true},
+		{"at smallBatch, one in flight: two of four go", 8, smallBatch, 1, 2, true},
+		{"at smallBatch, one in flight: one of four waits", 8, smallBatch, 1, 1, false},
+		{"small batches, one in flight: a call of one goes", 8, smallBatch - 1, 1, 1, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,8 +54,8 @@ func TestBatcherRoom(t *testing.T) {
 				b.out(tt.size)
 			}
 			b.inflight = tt.inflight
-			if got := b.room(); got != tt.want {
-				t.Errorf("room() = %v with %d in flight, batches of %d/256; want %v", got, tt.inflight, b.size, tt.want)
+			if got := b.room(tt.k); got != tt.want {
+				t.Errorf("room(%d) = %v with %d in flight, batches of %d/256; want %v", tt.k, got, tt.inflight, b.size, tt.want)
 			}
 		})
 	}
@@ -62,14 +71,14 @@ func TestBatcherSizeAverage(t *testing.T) {
 	}
 	b.out(1)
 	b.inflight = 2
-	if b.room() {
+	if b.room(19) {
 		t.Fatalf("room() after one call of 1 among calls of 19: size %d/256, want closed", b.size)
 	}
 	for range 40 {
 		b.out(2)
 	}
 	b.inflight = 2
-	if !b.room() {
+	if !b.room(1) {
 		t.Fatalf("room() after 40 calls of 2: size %d/256, want open", b.size)
 	}
 }
@@ -131,18 +140,18 @@ func TestBatcherAdapt(t *testing.T) {
 func TestBatcherAdaptRoom(t *testing.T) {
 	b := &batcher{maxInflight: 8, limit: 3}
 	b.inflight = 3
-	if b.room() {
+	if b.room(1) {
 		t.Errorf("room() with 3 in flight and a limit of 3 = true, want false")
 	}
 	b.inflight = 2
-	if !b.room() {
+	if !b.room(1) {
 		t.Errorf("room() with 2 in flight and a limit of 3 = false, want true")
 	}
 	b.limit = 8
 	for range 100 {
 		b.out(13)
 	}
-	if b.room() {
+	if b.room(13) {
 		t.Errorf("room() with large batches, 2 in flight and a limit of 8 = true, want false")
 	}
 }

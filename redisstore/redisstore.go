@@ -73,6 +73,11 @@ type Options struct {
 	// costs about as much as a few decisions, and with one call for Redis
 	// to run while the client reads the other's reply and the next batch
 	// gathers, a busy Redis stays busy with the fewest, largest batches.
+	// Then a script call goes out beside another only with at least half
+	// as many requests as they carry: a request that arrives alone while
+	// one is in flight (a service's requests reach the store one at a
+	// time) waits for the next batch, as it would wait behind that call in
+	// Redis, rather than costing a script call of its own.
 	//
 	// With smaller batches the number in flight, between 2 and
 	// MaxInflight, follows the callers' wait: every 256 script calls it
