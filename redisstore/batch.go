@@ -217,6 +217,13 @@ func (b *batcher) room(k int) bool {
 	return b.inflight < limit
 }
 
+// sendable reports whether a worker can send what is queued now: calls
+// wait, and there is room for a script call of them (up to maxBatch).
+// b.mu is held.
+func (b *batcher) sendable() bool {
+	return len(b.pending) > 0 && b.room(min(len(b.pending), b.maxBatch))
+}
+
 // smallLimit is the room while batches are small: the limit adapt climbs
 // with, or maxInflight before it has moved. b.mu is held.
 func (b *batcher) smallLimit() int {
@@ -331,7 +338,7 @@ func (b *batcher) do(c *call) error {
 	b.pending = append(b.pending, c)
 	// A worker is woken only when it can send: room opens otherwise only
 	// as a script call ends, and finished wakes one then.
-	wake := b.room(min(len(b.pending), b.maxBatch))
+	wake := b.sendable()
 	b.mu.Unlock()
 	if wake {
 		b.signal()
@@ -457,7 +464,7 @@ func (b *batcher) worker() {
 		}
 		for {
 			b.mu.Lock()
-			if len(b.pending) == 0 || !b.room(min(len(b.pending), b.maxBatch)) {
+			if !b.sendable() {
 				b.mu.Unlock()
 				break
 			}

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/bench/internal/flags"
 	"github.com/floodgate/floodgate/bench/internal/procs"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
@@ -221,14 +222,7 @@ func main() {
 	// the limit refilled (about 1.33M/s over 3s, in every run): the cell
 	// measured the limit, not the lease.
 	const open, openBurst = 1_000_000, 1_000_000_000
-	var levels []int
-	for _, f := range strings.Split(*goroutines, ",") {
-		g, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || g < 1 {
-			log.Fatalf("-goroutines: %q is not a positive number", f)
-		}
-		levels = append(levels, g)
-	}
+	levels := flags.Counts("-goroutines", *goroutines)
 	var scenarios []scenario
 	for _, g := range levels {
 		for _, k := range []int{1, 10000} {

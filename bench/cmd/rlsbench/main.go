@@ -32,7 +32,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -44,6 +43,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/bench/internal/flags"
 	"github.com/floodgate/floodgate/bench/internal/procs"
 	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/internal/peertest"
@@ -69,7 +69,7 @@ func main() {
 	callerList := flag.String("callers", "1,64", "the numbers of concurrent callers to measure, comma-separated")
 	descList := flag.String("descriptors", "1,3", "the numbers of descriptors per request to measure, comma-separated (1 or 3)")
 	flag.Parse()
-	callerCounts, descCounts := numbers("-callers", *callerList), numbers("-descriptors", *descList)
+	callerCounts, descCounts := flags.Counts("-callers", *callerList), flags.Counts("-descriptors", *descList)
 	for _, n := range descCounts {
 		if n != 1 && n != 3 {
 			log.Fatalf("-descriptors: %d: the requests have 1 or 3 descriptors", n)
@@ -161,20 +161,6 @@ func main() {
 			}
 		}
 	}
-}
-
-// numbers parses a flag's comma-separated list of positive numbers, or
-// exits.
-func numbers(name, list string) []int {
-	var ns []int
-	for _, f := range strings.Split(list, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			log.Fatalf("%s: %q is not a positive number", name, f)
-		}
-		ns = append(ns, n)
-	}
-	return ns
 }
 
 // stopList stops what the program started, the latest first, once, from
