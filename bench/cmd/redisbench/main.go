@@ -101,6 +101,8 @@ func main() {
 	goroutines := flag.String("goroutines", "1,8,64", "the concurrency levels of the Redis loads on one key and on 10,000 keys, comma-separated")
 	cluster := flag.Bool("cluster", false, "only measure Redis Clusters of 1, 3 and 6 masters at 64 goroutines on 10,000 keys")
 	flag.Parse()
+	// Before anything starts: log.Fatal would leave a redis-server running.
+	levels := flags.Counts("-goroutines", *goroutines)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -222,7 +224,6 @@ func main() {
 	// the limit refilled (about 1.33M/s over 3s, in every run): the cell
 	// measured the limit, not the lease.
 	const open, openBurst = 1_000_000, 1_000_000_000
-	levels := flags.Counts("-goroutines", *goroutines)
 	var scenarios []scenario
 	for _, g := range levels {
 		for _, k := range []int{1, 10000} {
