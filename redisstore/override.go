@@ -50,12 +50,18 @@ func encodeOverride(limits []core.Spec) string {
 // constructor.
 func decodeOverride(raw string) ([]core.Spec, error) {
 	head, tail, _ := strings.Cut(raw, "\n")
+	// The mark, an optional expiry, and the limits after a ';' each: as
+	// parseOverride (prelude.lua) reads them, so that Go and Lua agree on
+	// which values are floodgate's.
 	rest, ok := strings.CutPrefix(head, "fg1")
-	if at, ok := strings.CutPrefix(rest, "@"); ok {
-		_, rest, _ = strings.Cut(at, ";")
-		rest = ";" + rest
+	if ok {
+		if at, timed := strings.CutPrefix(rest, "@"); timed {
+			_, rest, _ = strings.Cut(at, ";")
+			rest = ";" + rest
+		}
+		rest, ok = strings.CutPrefix(rest, ";")
 	}
-	if rest, ok = strings.CutPrefix(rest, ";"); !ok {
+	if !ok {
 		return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrStore, raw)
 	}
 	var names []string

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,46 @@ func TestOverrideOnCorruptStateChangesNothing(t *testing.T) {
 				if was[k] != v {
 					t.Errorf("%s changed", k)
 				}
+			}
+		})
+	}
+}
+
+// An override key whose value lacks floodgate's mark ("fg1") is not
+// floodgate's: reading it is ErrStore in Go, as deciding on it is in Lua,
+// never limits parsed from a foreign value.
+func TestOverrideWithoutMark(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	st := newStore(t, client, &redisstore.Options{Prefix: "m:"})
+	lim := limiter(t, st, floodgate.PerSecond(10))
+	if err := lim.SetOverride(ctx, "k", floodgate.Override{Limits: []floodgate.Limit{floodgate.PerSecond(20)}}, floodgate.AsIs); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := client.Get(ctx, "m:{k}:o").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, value string }{
+		{"as written", raw},
+		{"without the mark", strings.TrimPrefix(raw, "fg1")},
+		{"another mark", "fg2" + strings.TrimPrefix(raw, "fg1")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := client.Set(ctx, "m:{k}:o", tt.value, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			_, _, gerr := lim.GetOverride(ctx, "k")
+			_, derr := lim.Allow(ctx, "k")
+			if tt.value == raw {
+				if gerr != nil || derr != nil {
+					t.Fatalf("GetOverride: %v, Allow: %v", gerr, derr)
+				}
+				return
+			}
+			if !errors.Is(gerr, floodgate.ErrStore) || !errors.Is(derr, floodgate.ErrStore) {
+				t.Fatalf("GetOverride: %v, Allow: %v; want ErrStore from both", gerr, derr)
 			}
 		})
 	}
