@@ -287,7 +287,8 @@ func (sh *memShard) victim(keep *memEntry, now int64) *memEntry {
 // itself while it holds the shard's lock.
 func (e *memEntry) quiet() {
 	e.mu.Lock()
-	e.mu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	//lint:ignore SA2001 an empty critical section is the barrier
+	e.mu.Unlock()
 }
 
 // The bits of memEntry.use.

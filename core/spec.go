@@ -206,7 +206,7 @@ func (s *Spec) Validate() error {
 	case s.Kind >= Fixed && s.Kind <= Log:
 		want, err = NewWindow(s.Kind, s.Kind.String()+" window", s.Quota, time.Duration(s.Period)*time.Microsecond)
 	default:
-		return fmt.Errorf("%w: the zero Limit has no algorithm; build one with TokenBucket, GCRA, SlidingWindow, ...", ErrInvalidLimit)
+		return fmt.Errorf("%w: the zero Limit has no algorithm; build one with a constructor such as TokenBucket or GCRA", ErrInvalidLimit)
 	}
 	if err != nil {
 		return err

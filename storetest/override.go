@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate"
 	fg "github.com/floodgate/floodgate"
 )
 
@@ -196,7 +195,7 @@ func OverrideScenarios() []Scenario {
 			Steps: []Step{
 				{Op: Override, Limits: []fg.Limit{double}},
 				{N: 150, Want: ov(ok(200, 50, 90*minute))},
-				{Key: "other", N: 150, Want: no(100, 100, floodgate.Never, 0)},
+				{Key: "other", N: 150, Want: no(100, 100, fg.Never, 0)},
 				{Op: Reset},
 				{N: 0, Want: ov(ok(200, 200, 0))},
 			},
@@ -211,15 +210,15 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 	st := newStore(t, clock)
 	t.Cleanup(func() { st.Close() })
 	ctx := context.Background()
-	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.PerMinute(10)}, &floodgate.Options{Clock: clock})
+	lim, err := fg.NewLimiter(st, []fg.Limit{fg.PerMinute(10)}, &fg.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := lim.GetOverride(ctx, "k"); ok || err != nil {
 		t.Fatalf("GetOverride before any = %v, %v; want false, nil", ok, err)
 	}
-	want := []floodgate.Limit{floodgate.GCRA(4, 10, time.Second).Named("fast"), floodgate.SlidingLog(1000, time.Hour)}
-	if err := lim.SetOverride(ctx, "k", floodgate.Override{Limits: want, TTL: 1500 * ms}, floodgate.Additive); err != nil {
+	want := []fg.Limit{fg.GCRA(4, 10, time.Second).Named("fast"), fg.SlidingLog(1000, time.Hour)}
+	if err := lim.SetOverride(ctx, "k", fg.Override{Limits: want, TTL: 1500 * ms}, fg.Additive); err != nil {
 		t.Fatalf("SetOverride: %v", err)
 	}
 	check := func(ttl time.Duration) {
@@ -242,7 +241,7 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 	check(1000 * ms)
 
 	// Another Limiter of the store sees the key's override.
-	other, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.PerSecond(1)}, &floodgate.Options{Clock: clock})
+	other, err := fg.NewLimiter(st, []fg.Limit{fg.PerSecond(1)}, &fg.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +249,11 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 		t.Fatalf("other Limiter's Peek = %+v, %v; want the override's 5 named fast", r, err)
 	}
 
-	if err := lim.SetOverride(ctx, "j", floodgate.Override{Limits: []floodgate.Limit{floodgate.PerSecond(3)}}, floodgate.AsIs); err != nil {
+	if err := lim.SetOverride(ctx, "j", fg.Override{Limits: []fg.Limit{fg.PerSecond(3)}}, fg.AsIs); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]int{}
-	if err := lim.ListOverrides(ctx, func(key string, o floodgate.Override) bool {
+	if err := lim.ListOverrides(ctx, func(key string, o fg.Override) bool {
 		seen[key] = len(o.Limits)
 		return true
 	}); err != nil {
@@ -267,18 +266,18 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 	bad := []struct {
 		name string
 		key  string
-		o    floodgate.Override
-		st   floodgate.Strategy
+		o    fg.Override
+		st   fg.Strategy
 		want error
 	}{
-		{"empty key", "", floodgate.Override{Limits: want}, 0, floodgate.ErrInvalidKey},
-		{"key too long", strings.Repeat("x", floodgate.MaxKeyLen+1), floodgate.Override{Limits: want}, 0, floodgate.ErrInvalidKey},
-		{"no limits", "k", floodgate.Override{}, 0, floodgate.ErrNoLimits},
-		{"invalid limit", "k", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(0, sec, 1)}}, 0, floodgate.ErrInvalidLimit},
-		{"calendar window", "k", floodgate.Override{Limits: []floodgate.Limit{floodgate.CalendarWindow(5, floodgate.Day, nil)}}, 0, floodgate.ErrInvalidLimit},
-		{"negative TTL", "k", floodgate.Override{Limits: want, TTL: -sec}, 0, floodgate.ErrInvalidLimit},
-		{"sub-millisecond TTL", "k", floodgate.Override{Limits: want, TTL: 1500 * us}, 0, floodgate.ErrInvalidLimit},
-		{"unknown strategy", "k", floodgate.Override{Limits: want}, 9, floodgate.ErrInvalidLimit},
+		{"empty key", "", fg.Override{Limits: want}, 0, fg.ErrInvalidKey},
+		{"key too long", strings.Repeat("x", fg.MaxKeyLen+1), fg.Override{Limits: want}, 0, fg.ErrInvalidKey},
+		{"no limits", "k", fg.Override{}, 0, fg.ErrNoLimits},
+		{"invalid limit", "k", fg.Override{Limits: []fg.Limit{fg.TokenBucket(0, sec, 1)}}, 0, fg.ErrInvalidLimit},
+		{"calendar window", "k", fg.Override{Limits: []fg.Limit{fg.CalendarWindow(5, fg.Day, nil)}}, 0, fg.ErrInvalidLimit},
+		{"negative TTL", "k", fg.Override{Limits: want, TTL: -sec}, 0, fg.ErrInvalidLimit},
+		{"sub-millisecond TTL", "k", fg.Override{Limits: want, TTL: 1500 * us}, 0, fg.ErrInvalidLimit},
+		{"unknown strategy", "k", fg.Override{Limits: want}, 9, fg.ErrInvalidLimit},
 	}
 	for _, tt := range bad {
 		if err := lim.SetOverride(ctx, tt.key, tt.o, tt.st); !errors.Is(err, tt.want) {
@@ -287,7 +286,7 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 	}
 	check(1000 * ms) // unchanged by the failures
 
-	if err := lim.DeleteOverride(ctx, "k", floodgate.Additive); err != nil {
+	if err := lim.DeleteOverride(ctx, "k", fg.Additive); err != nil {
 		t.Fatalf("DeleteOverride: %v", err)
 	}
 	if _, ok, _ := lim.GetOverride(ctx, "k"); ok {
@@ -303,7 +302,7 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 func supportsOverrides(t *testing.T, newStore NewStore) bool {
 	st := newStore(t, NewClock(Base))
 	defer st.Close()
-	lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
+	lim, err := fg.NewLimiter(st, []fg.Limit{fg.PerSecond(1)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
