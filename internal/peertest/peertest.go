@@ -39,24 +39,53 @@ func required() bool {
 	return os.Getenv("CI") == "true" || os.Getenv("FLOODGATE_REQUIRE_PEERS") == "1"
 }
 
-// BuildRatelimit builds envoyproxy/ratelimit's service_cmd with go install
-// into a new temporary directory, once per process, and returns its path.
+// BuildRatelimit returns the path of envoyproxy/ratelimit's service_cmd at
+// RatelimitVersion, built with go install the first time on this machine
+// and kept in the user's cache directory (see cacheDir) for later runs:
+// one binary per version, where a temporary directory per process left
+// 34 MB behind on every run. It builds at most once per process; the
+// binary is moved into place whole, so processes that build it side by
+// side (go test runs packages in parallel) each find a complete one.
 func BuildRatelimit() (string, error) {
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "floodgate-peer-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion)
-		cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod", "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go install envoyproxy/ratelimit: %v\n%s", err, out)
-			return
-		}
-		buildBin = filepath.Join(dir, "service_cmd")
+		buildBin, buildErr = buildRatelimit()
 	})
 	return buildBin, buildErr
+}
+
+func buildRatelimit() (string, error) {
+	dir := filepath.Join(cacheDir(), "ratelimit-"+RatelimitVersion)
+	bin := filepath.Join(dir, "service_cmd")
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install envoyproxy/ratelimit: %v\n%s", err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "service_cmd"), bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// cacheDir is where built peers are kept: floodgate/ under the user's
+// cache directory ($XDG_CACHE_HOME, or ~/.cache), or under the temporary
+// directory when there is none.
+func cacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "floodgate")
+	}
+	return filepath.Join(os.TempDir(), "floodgate-cache")
 }
 
 // Build is BuildRatelimit for a test: it skips the test when the peer
