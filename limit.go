@@ -234,7 +234,7 @@ func (l Limit) Validate() error {
 		return l.err
 	}
 	if l.alg == 0 {
-		return fmt.Errorf("%w: the zero Limit has no algorithm; build one with a constructor such as TokenBucket or GCRA", ErrInvalidLimit)
+		return l.spec.Validate() // the zero Spec's error: no algorithm
 	}
 	return nil
 }

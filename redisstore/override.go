@@ -53,15 +53,13 @@ func decodeOverride(raw string) ([]core.Spec, error) {
 	// The mark, an optional expiry, and the limits after a ';' each: as
 	// parseOverride (prelude.lua) reads them, so that Go and Lua agree on
 	// which values are floodgate's.
-	rest, ok := strings.CutPrefix(head, "fg1")
-	if ok {
-		if at, timed := strings.CutPrefix(rest, "@"); timed {
-			_, rest, _ = strings.Cut(at, ";")
-			rest = ";" + rest
-		}
-		rest, ok = strings.CutPrefix(rest, ";")
+	rest, marked := strings.CutPrefix(head, "fg1")
+	if at, timed := strings.CutPrefix(rest, "@"); timed {
+		_, rest, _ = strings.Cut(at, ";")
+		rest = ";" + rest
 	}
-	if !ok {
+	rest, listed := strings.CutPrefix(rest, ";")
+	if !marked || !listed {
 		return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrStore, raw)
 	}
 	var names []string
