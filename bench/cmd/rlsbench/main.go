@@ -4,7 +4,7 @@
 // redis-server that this program starts, with the same domain file and
 // the same load.
 //
-//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3] [-callers 1,64] [-descriptors 1,3]
+//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3] [-callers 1,64] [-descriptors 1,3] [-client envoy|grpc]
 //
 // Cells: 1 and 64 concurrent callers (gRPC streams on one connection, as
 // Envoy multiplexes them), one and three descriptors per request, over
@@ -14,6 +14,12 @@
 // the CPU time the service's process and redis-server spent per request
 // (from /proc: the load generator shares the machine's cores, so this is
 // each service's own cost), and the share of answers over the limit.
+//
+// The load generator is, by default, Envoy-like (see h2.go): one event
+// loop keeps the callers' streams in flight, as an Envoy worker thread
+// does. -client grpc sends the same calls through a gRPC-Go client, a
+// goroutine per caller, which takes more of the shared cores per request
+// (docs/performance.md has both, side by side).
 package main
 
 import (
@@ -68,8 +74,13 @@ func main() {
 	port := flag.Int("port", 0, "loopback port for the redis-server this program starts (0: a free one)")
 	callerList := flag.String("callers", "1,64", "the numbers of concurrent callers to measure, comma-separated")
 	descList := flag.String("descriptors", "1,3", "the numbers of descriptors per request to measure, comma-separated (1 or 3)")
+	client := flag.String("client", "envoy", "the load generator: envoy (one event loop, every caller a stream on one connection, as Envoy calls) or grpc (a gRPC-Go client, a goroutine per caller)")
 	flag.Parse()
 	callerCounts, descCounts := flags.Counts("-callers", *callerList), flags.Counts("-descriptors", *descList)
+	run := map[string]func(string, int, int, time.Duration) result{"envoy": runH2, "grpc": runGRPC}[*client]
+	if run == nil {
+		log.Fatalf("-client: %q: envoy or grpc", *client)
+	}
 	for _, n := range descCounts {
 		if n != 1 && n != 3 {
 			log.Fatalf("-descriptors: %d: the requests have 1 or 3 descriptors", n)
@@ -120,8 +131,8 @@ func main() {
 	stops.add(stopFG)
 	redisPID := procs.RedisPID(redisAddr)
 
-	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; %d runs of %s per cell, medians\n\n",
-		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *runs, *duration)
+	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians\n\n",
+		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *client, *runs, *duration)
 	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | load generator CPU per request | over the limit | past the 20ms deadline (all runs) | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []struct {
 		name, addr string
@@ -230,7 +241,7 @@ func startFloodgate(dir, redisAddr string) (string, int, func()) {
 	check(cmd.Start())
 	stop := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }
 	for i := 0; ; i++ {
-		if r := run(addr, 1, 1, 10*time.Millisecond); r.rate > 0 {
+		if r := runGRPC(addr, 1, 1, 10*time.Millisecond); r.rate > 0 {
 			break
 		}
 		if i == 100 {
@@ -259,9 +270,10 @@ type result struct {
 // not failed.
 const envoyTimeout = 20 * time.Millisecond
 
-// run sends requests of descs descriptors from callers goroutines to the
-// service at addr for d, each caller one request at a time.
-func run(addr string, callers, descs int, d time.Duration) result {
+// runGRPC sends requests of descs descriptors from callers goroutines to
+// the service at addr for d through a gRPC-Go client, each caller one
+// request at a time.
+func runGRPC(addr string, callers, descs int, d time.Duration) result {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	check(err)
 	defer conn.Close()
@@ -304,7 +316,13 @@ func run(addr string, callers, descs int, d time.Duration) result {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	return tally(lat, time.Since(start), over, errs, timedOut)
+}
+
+// tally is a run's result from what its callers saw: every call's
+// latency, over how long, and how many answers were over the limit,
+// failed, or came past the deadline. A run with a failed call has none.
+func tally(lat []time.Duration, elapsed time.Duration, over, errs, timedOut int) result {
 	if errs > 0 || len(lat) == 0 {
 		return result{}
 	}
