@@ -156,6 +156,14 @@ func runH2(addr string, callers, descs int, d time.Duration) result {
 				if v, ok := f.Value(http2.SettingMaxConcurrentStreams); ok && int(v) < callers {
 					fail(fmt.Errorf("%s allows %d streams on a connection, fewer than %d callers", addr, v, callers))
 				}
+				if v, ok := f.Value(http2.SettingInitialWindowSize); ok && int(v) < 1<<10 {
+					// A request is one DATA frame, sent whole: it must
+					// fit in a new stream's window.
+					fail(fmt.Errorf("%s grants a stream %d bytes, less than a request", addr, v))
+				}
+				if v, ok := f.Value(http2.SettingHeaderTableSize); ok {
+					enc.SetMaxDynamicTableSizeLimit(v)
+				}
 				check(fr.WriteSettingsAck())
 			}
 		case *http2.PingFrame:
