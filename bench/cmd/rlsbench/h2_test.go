@@ -50,7 +50,7 @@ func TestGenerators(t *testing.T) {
 		srv := grpc.NewServer()
 		rls.RegisterRateLimitServiceServer(srv, &answers{slow: tc.slow})
 		go srv.Serve(ln)
-		for name, run := range map[string]func(string, int, int, time.Duration) result{"envoy": runH2, "grpc": runGRPC} {
+		for name, run := range generators {
 			r := run(ln.Addr().String(), 4, tc.descs, 100*time.Millisecond)
 			switch {
 			case r.n == 0:

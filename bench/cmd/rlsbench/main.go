@@ -77,7 +77,7 @@ func main() {
 	client := flag.String("client", "envoy", "the load generator: envoy (one event loop, every caller a stream on one connection, as Envoy calls) or grpc (a gRPC-Go client, a goroutine per caller)")
 	flag.Parse()
 	callerCounts, descCounts := flags.Counts("-callers", *callerList), flags.Counts("-descriptors", *descList)
-	run := map[string]func(string, int, int, time.Duration) result{"envoy": runH2, "grpc": runGRPC}[*client]
+	run := generators[*client]
 	if run == nil {
 		log.Fatalf("-client: %q: envoy or grpc", *client)
 	}
@@ -269,6 +269,11 @@ type result struct {
 // runs out is counted (Envoy would let its request through, by default),
 // not failed.
 const envoyTimeout = 20 * time.Millisecond
+
+// generators are the load generators, by their -client names: each sends
+// requests of descs descriptors from callers concurrent callers to the
+// service at addr for d, and tallies what came back.
+var generators = map[string]func(addr string, callers, descs int, d time.Duration) result{"envoy": runH2, "grpc": runGRPC}
 
 // runGRPC sends requests of descs descriptors from callers goroutines to
 // the service at addr for d through a gRPC-Go client, each caller one
