@@ -76,6 +76,7 @@ type scenario struct {
 type result struct {
 	perSec      float64
 	decisions   int64
+	elapsed     time.Duration // the load's own time, by run
 	p50, p99    time.Duration
 	redisCPU    time.Duration // per decision
 	clientCPU   time.Duration // this program's, per decision
@@ -270,56 +271,47 @@ func main() {
 			peers = memPeers
 		}
 		res := make([][]result, len(peers))
-		if sc.goroutines == 1 && !sc.inProcess {
-			// One caller: the peers take turns request by request, so
-			// that the machine's drift (this is a shared VM) hits all
-			// alike; each run is still a separate sample.
-			for range *runs {
-				client.FlushAll(ctx)
-				ds := make([]decider, len(peers))
-				for i, p := range peers {
-					ds[i] = p.make(sc.rate, time.Second, sc.burst)
-				}
-				for i, rs := range track(peers, func() []result { return runInterleaved(ds, sc, *duration) }) {
-					res[i] = append(res[i], rs)
-				}
-			}
-		}
-		if sc.inProcess {
-			// In process the peers take turns in slices of each run (see
-			// runSliced), so that a stall of the machine's CPU hits both.
+		if sc.inProcess || sc.goroutines == 1 {
+			// The peers take turns within each run, so that the
+			// machine's drift (this is a shared VM) hits all alike: one
+			// caller over Redis request by request (runInterleaved), in
+			// process in tenths of the run (runSliced). Each run is still
+			// a separate sample.
 			for r := range *runs {
+				if !sc.inProcess {
+					client.FlushAll(ctx)
+				}
 				ds := make([]decider, len(peers))
 				for i, p := range peers {
 					ds[i] = p.make(sc.rate, time.Second, sc.burst)
 				}
-				for i, rs := range runSliced(ds, sc, *duration, r) {
+				var rs []result
+				if sc.inProcess {
+					rs = runSliced(ds, sc, *duration, r)
+				} else {
+					rs = track(peers, func() []result { return runInterleaved(ds, sc, *duration) })
+				}
+				for i := range rs {
+					res[i] = append(res[i], rs[i])
+				}
+			}
+		} else {
+			for r := range *runs {
+				// Each run starts with the next peer, so that none always
+				// runs first (or last) after a flush.
+				for j := range peers {
+					i := (r + j) % len(peers)
+					p := peers[i]
+					// Only the Redis peers run here: the in-process ones took turns above.
+					client.FlushAll(ctx)
+					cpu0 := redisCPU(ctx, client)
+					d := p.make(sc.rate, time.Second, sc.burst)
+					own0 := procs.CPU(os.Getpid()) // the limiter's client side, with the load's own work
+					rs := track(peers[i:i+1], func() []result { return []result{run(d, sc, *duration)} })[0]
+					rs.clientCPU = (procs.CPU(os.Getpid()) - own0) / time.Duration(max(rs.decisions, 1))
+					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
 					res[i] = append(res[i], rs)
 				}
-			}
-		}
-		for r := range *runs {
-			if sc.inProcess || sc.goroutines == 1 {
-				break
-			}
-			// Each run starts with the next peer, so that none always
-			// runs first (or last) after a flush.
-			for j := range peers {
-				i := (r + j) % len(peers)
-				p := peers[i]
-				var cpu0 time.Duration
-				if p.redis {
-					client.FlushAll(ctx)
-					cpu0 = redisCPU(ctx, client)
-				}
-				d := p.make(sc.rate, time.Second, sc.burst)
-				own0 := procs.CPU(os.Getpid()) // the limiter's client side, with the load's own work
-				rs := track(peers[i:i+1], func() []result { return []result{run(d, sc, *duration)} })[0]
-				rs.clientCPU = (procs.CPU(os.Getpid()) - own0) / time.Duration(max(rs.decisions, 1))
-				if p.redis {
-					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
-				}
-				res[i] = append(res[i], rs)
 			}
 		}
 		base := median(res[1]).perSec // redis_rate, or x/time/rate
@@ -453,9 +445,7 @@ func runSliced(ds []decider, sc scenario, dur time.Duration, run0 int) []result 
 			own0 := procs.CPU(os.Getpid())
 			r := run(ds[i], sc, slice)
 			cpu[i] += procs.CPU(os.Getpid()) - own0
-			// The turn's time as run measured it: the load's, not the
-			// setting up and adding up around it.
-			busy[i] += time.Duration(float64(r.decisions) / r.perSec * float64(time.Second))
+			busy[i] += r.elapsed // the load's, not the setting up and adding up around it
 			o := &out[i]
 			o.decisions += r.decisions
 			o.admitted += r.admitted
@@ -576,7 +566,7 @@ func run(d decider, sc scenario, dur time.Duration) result {
 			exactHi = exactAdmissions(arrivals, sc, func(a arrival) time.Time { return a.to })
 		}
 	}
-	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, admitted: adm, exact: exact, exactLo: exactLo, exactHi: exactHi, ideal: ideal}
+	r := result{perSec: float64(total) / elapsed.Seconds(), decisions: total, elapsed: elapsed, admitted: adm, exact: exact, exactLo: exactLo, exactHi: exactHi, ideal: ideal}
 	if !sc.inProcess {
 		all := slices.Concat(lat...)
 		slices.Sort(all)
