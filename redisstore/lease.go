@@ -307,14 +307,27 @@ func (sh *leaseShard) end(lk leaseKey, ls *lease) int64 {
 	return ls.units.Swap(0)
 }
 
-// giveBack refunds n units of a lease on key (nothing when n is 0).
+// giveBack refunds n units of a lease on key (nothing when n is 0), in
+// the batcher's next script call when the Store batches.
 func (l *leases) giveBack(ctx context.Context, p *policy, key string, n int64) error {
 	if n <= 0 {
 		return nil
 	}
-	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: l.s.nowArg(), specs: p.params, op: opRefund}
+	c := l.refund(ctx, p, key, n)
+	if l.s.batch != nil {
+		return l.s.batch.do(c)
+	}
 	l.s.send(ctx, []*call{c})
 	return c.err
+}
+
+// refund returns the call that gives n units of a lease on key back.
+func (l *leases) refund(ctx context.Context, p *policy, key string, n int64) *call {
+	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: l.s.nowArg(), specs: p.params, op: opRefund}
+	if l.s.cluster {
+		c.slot = slotOf(c.keys[0])
+	}
+	return c
 }
 
 // forget drops key's leases without giving their units back: the key was
@@ -371,12 +384,26 @@ func (l *leases) returnEnded(all bool) {
 		}
 		sh.mu.Unlock()
 	}
-	for _, e := range back {
+	// They go back together, in script calls of up to giveBackBatch
+	// refunds (a call per slot on a Cluster): one at a time, a sweep
+	// could not return within a lease's time the leases that a busy
+	// process takes in it. A failure loses the units until they refill:
+	// never an over-admission.
+	calls := make([]*call, 0, min(len(back), giveBackBatch))
+	for len(back) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		l.giveBack(ctx, e.lk.p, e.lk.key, e.n) // a failure loses the units until they refill: never an over-admission
+		calls = calls[:0]
+		for _, e := range back[:min(len(back), giveBackBatch)] {
+			calls = append(calls, l.refund(ctx, e.lk.p, e.lk.key, e.n))
+		}
+		back = back[len(calls):]
+		l.s.send(ctx, calls)
 		cancel()
 	}
 }
+
+// giveBackBatch is the most refunds a sweep sends in one script call.
+const giveBackBatch = 128
 
 // close stops the sweeper and gives back what every lease has left.
 func (l *leases) close() {

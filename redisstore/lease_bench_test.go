@@ -2,6 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,4 +35,55 @@ func BenchmarkLeaseHotKey(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLeaseManyKeys is 64 goroutines (32 per processor, on two)
+// deciding on 10,000 keys with a limit that no run uses up, without leases
+// and with them, in two walks: "spread", where each key's decisions come
+// far apart, so that no key is hot, and "bursts", where each four
+// goroutines walk the same keys, so that a key's decisions come four at a
+// time: a lease is taken with the second, admits what comes after it
+// within its time, and gives back the rest when its time is up.
+//
+//	go test -run - -bench LeaseManyKeys -count 5 ./redisstore
+func BenchmarkLeaseManyKeys(b *testing.B) {
+	srv := redistest.Start(b)
+	const nkeys = 10000
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key%d", i)
+	}
+	for _, walk := range []struct {
+		name  string
+		burst int // goroutines that walk the same keys
+	}{{"spread", 1}, {"bursts", 4}} {
+		for _, leases := range []bool{false, true} {
+			b.Run(fmt.Sprintf("walk=%s/leases=%v", walk.name, leases), func(b *testing.B) {
+				opts := &redisstore.Options{}
+				if leases {
+					opts.Leases = &redisstore.LeaseOptions{}
+				}
+				st := newStore(b, srv.Client(b), opts)
+				lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.TokenBucket(1_000_000, time.Second, 1_000_000_000)}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				const parallelism = 32
+				walkers := parallelism * runtime.GOMAXPROCS(0) / walk.burst
+				var started atomic.Int64
+				b.SetParallelism(parallelism)
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(started.Add(1)-1) / walk.burst
+					for pb.Next() {
+						if r, err := lim.Allow(ctx, keys[i%nkeys]); err != nil || !r.Allowed {
+							b.Errorf("Allow = %+v, %v", r, err)
+							return
+						}
+						i += walkers
+					}
+				})
+			})
+		}
+	}
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // Leases on a fixed clock, step by step: a cold key goes to Redis, a hot
@@ -149,4 +151,45 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// Leases on more keys than a script call of give-backs carries, standalone
+// and on a Cluster, where the give-backs of one call go per slot: when
+// the leases end (Close here, a sweep alike), every unit comes back to
+// its own key.
+func TestLeasesGiveBackMany(t *testing.T) {
+	clients := map[string]func(t *testing.T) redis.UniversalClient{
+		"standalone": func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) },
+		"cluster":    func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) },
+	}
+	for name, newClient := range clients {
+		t.Run(name, func(t *testing.T) {
+			client := newClient(t)
+			clock := storetest.NewClock(storetest.Base)
+			a := newStore(t, client, &redisstore.Options{Clock: clock, Leases: &redisstore.LeaseOptions{Share: 0.01, Time: time.Hour}})
+			b := newStore(t, client, &redisstore.Options{Clock: clock})
+			limit := floodgate.TokenBucket(100, time.Second, 1000) // leases of 10 units
+			la, lb := limiter(t, a, limit), limiter(t, b, limit)
+			ctx := context.Background()
+			const keys = 300 // more than two script calls of give-backs
+			for i := range keys {
+				k := fmt.Sprintf("k%d", i)
+				for j := range 3 { // cold, hot with a lease, from the lease
+					if r, err := la.Allow(ctx, k); err != nil || !r.Allowed {
+						t.Fatalf("%s, decision %d = %+v, %v", k, j+1, r, err)
+					}
+				}
+				if r, err := lb.Peek(ctx, k); err != nil || r.Remaining != 1000-2-10 {
+					t.Fatalf("%s in Redis with its lease out = %+v, %v; want %d", k, r, err, 1000-2-10)
+				}
+			}
+			a.Close()
+			for i := range keys {
+				k := fmt.Sprintf("k%d", i)
+				if r, err := lb.Peek(ctx, k); err != nil || r.Remaining != 1000-3 {
+					t.Fatalf("%s in Redis after Close = %+v, %v; want %d: the 9 units its lease had left back", k, r, err, 1000-3)
+				}
+			}
+		})
+	}
 }
