@@ -43,23 +43,25 @@ func TestLeaseSteps(t *testing.T) {
 			t.Fatalf("decision %d: reset %s with %d left", i, r.ResetAfter, r.Remaining)
 		}
 	}
-	step(1, want{floodgate.SourceStore, 999}) // cold: Redis
-	step(2, want{floodgate.SourceStore, 998}) // hot: Redis, with a lease of 10 (Redis has 988)
-	for i := 3; i <= 12; i++ {
+	for i := 1; i <= 8; i++ {
+		step(i, want{floodgate.SourceStore, 1000 - int64(i)}) // cold: Redis, counted
+	}
+	step(9, want{floodgate.SourceStore, 991}) // hot: Redis, with a lease of 10 (Redis has 981)
+	for i := 10; i <= 19; i++ {
 		step(i, want{floodgate.SourceLease, 1000 - int64(i)})
 	}
-	step(13, want{floodgate.SourceStore, 987}) // used up: the next lease
-	if r, err := lb.Peek(ctx, "k"); err != nil || r.Remaining != 977 {
-		t.Fatalf("Redis's own count = %+v, %v; want 977 (987 less the lease's 10)", r, err)
+	step(20, want{floodgate.SourceStore, 980}) // used up: the next lease
+	if r, err := lb.Peek(ctx, "k"); err != nil || r.Remaining != 970 {
+		t.Fatalf("Redis's own count = %+v, %v; want 970 (980 less the lease's 10)", r, err)
 	}
-	step(14, want{floodgate.SourceLease, 986})
+	step(21, want{floodgate.SourceLease, 979})
 
-	// The lease's time is up: what is left goes back, the key is hot, so
-	// the next request takes a new lease.
+	// The lease's time is up: what is left goes back, and the key, which
+	// had a lease, takes a new one with its next request.
 	clock.Advance(100 * time.Millisecond) // 10 units restored
-	step(15, want{floodgate.SourceStore, 995})
-	if r, err := lb.Peek(ctx, "k"); err != nil || r.Remaining != 985 {
-		t.Fatalf("Redis after the ended lease's 9 came back and a new one was taken = %+v, %v; want 985", r, err)
+	step(22, want{floodgate.SourceStore, 988})
+	if r, err := lb.Peek(ctx, "k"); err != nil || r.Remaining != 978 {
+		t.Fatalf("Redis after the ended lease's 9 came back and a new one was taken = %+v, %v; want 978", r, err)
 	}
 
 	// A reset in another process ends the lease: the next request is
@@ -76,9 +78,15 @@ func TestLeaseSteps(t *testing.T) {
 		t.Fatalf("after a reset elsewhere = %+v, %v; want Redis's answer", r, err)
 	}
 
-	// Close gives back what the lease has left.
-	step(17, want{floodgate.SourceStore, r.Remaining - 1}) // hot again: a lease
-	step(18, want{floodgate.SourceLease, r.Remaining - 2})
+	// Close gives back what the lease has left. The decision above
+	// started a new window (a lease's time had passed since the last one
+	// started), so the key is hot again at its ninth decision.
+	left := r.Remaining
+	for i := 2; i <= 9; i++ {
+		left--
+		step(22+i, want{floodgate.SourceStore, left})
+	}
+	step(32, want{floodgate.SourceLease, left - 1})
 	before, _ := lb.Peek(ctx, "k")
 	a.Close()
 	after, err := lb.Peek(ctx, "k")
@@ -174,20 +182,20 @@ func TestLeasesGiveBackMany(t *testing.T) {
 			const keys = 300 // more than two script calls of give-backs
 			for i := range keys {
 				k := fmt.Sprintf("k%d", i)
-				for j := range 3 { // cold, hot with a lease, from the lease
+				for j := range 10 { // eight cold, hot with a lease, from the lease
 					if r, err := la.Allow(ctx, k); err != nil || !r.Allowed {
 						t.Fatalf("%s, decision %d = %+v, %v", k, j+1, r, err)
 					}
 				}
-				if r, err := lb.Peek(ctx, k); err != nil || r.Remaining != 1000-2-10 {
-					t.Fatalf("%s in Redis with its lease out = %+v, %v; want %d", k, r, err, 1000-2-10)
+				if r, err := lb.Peek(ctx, k); err != nil || r.Remaining != 1000-9-10 {
+					t.Fatalf("%s in Redis with its lease out = %+v, %v; want %d", k, r, err, 1000-9-10)
 				}
 			}
 			a.Close()
 			for i := range keys {
 				k := fmt.Sprintf("k%d", i)
-				if r, err := lb.Peek(ctx, k); err != nil || r.Remaining != 1000-3 {
-					t.Fatalf("%s in Redis after Close = %+v, %v; want %d: the 9 units its lease had left back", k, r, err, 1000-3)
+				if r, err := lb.Peek(ctx, k); err != nil || r.Remaining != 1000-10 {
+					t.Fatalf("%s in Redis after Close = %+v, %v; want %d: the 9 units its lease had left back", k, r, err, 1000-10)
 				}
 			}
 		})

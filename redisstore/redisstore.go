@@ -117,11 +117,11 @@ type Options struct {
 	DenialCache bool
 	// Leases, when set, lets a process admit requests on a hot key from a
 	// lease: when a key of a lone bucket limit (token bucket, leaky bucket,
-	// GCRA) is decided twice within a lease's time, its next request also
-	// takes a lease of several units from Redis, in the same charge, and
-	// the process admits the key's next requests from it locally, with
-	// Source floodgate.SourceLease, until it is used up or its time is up;
-	// what is left then goes back with a refund. Every unit was taken from
+	// GCRA) is decided more than eight times within a lease's time, its
+	// next request also takes a lease of several units from Redis, in the
+	// same charge, and the process admits the key's next requests from it
+	// locally, with Source floodgate.SourceLease, until it is used up or
+	// its time is up; what is left then goes back with a refund. Every unit was taken from
 	// the shared limit first, so leases never over-admit. What they cost
 	// is fairness between processes: units one process holds can delay
 	// another process's request on the key by at most the lease's time, and
@@ -129,9 +129,9 @@ type Options struct {
 	// lease's units left. A lease is at most LeaseOptions.Share of the
 	// quota and LeaseOptions.Time of the rate (by default a hundredth and
 	// 10ms), and a limit whose lease would be under 2 units gets none. A
-	// reset, a refund or an override of the key, in any process, ends
-	// the leases on it (with the lifts of DenialCache). Default: nil, no
-	// leases.
+	// reset or an override of the key, in any process, ends the leases on
+	// it (with the lifts of DenialCache); a refund, which only gives units
+	// back, does not. Default: nil, no leases.
 	Leases *LeaseOptions
 	// DisableFunctions runs decisions as scripts with EVALSHA even on
 	// Redis 7 and later, where by default the Store loads its scripts as a
