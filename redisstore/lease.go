@@ -164,8 +164,10 @@ func newLeases(s *Store, o LeaseOptions, now func() time.Time) *leases {
 
 func (l *leases) micros() int64 { return l.now().UnixMicro() }
 
-func (l *leases) shard(key string) *leaseShard {
-	return &l.shards[maphash.String(l.seed, key)%leaseShards]
+// shard returns the shard of the key whose hash is h (maphash.String with
+// l.seed).
+func (l *leases) shard(h uint64) *leaseShard {
+	return &l.shards[h%leaseShards]
 }
 
 // take decides a request of cost n on key under p, which has one bucket
@@ -176,7 +178,7 @@ func (l *leases) shard(key string) *leaseShard {
 func (l *leases) take(ctx context.Context, p *policy, key string, n int64) (d core.Decision, ok bool, err error) {
 	lk := leaseKey{p, key}
 	h := maphash.String(l.seed, key)
-	sh := &l.shards[h%leaseShards]
+	sh := l.shard(h)
 	now := l.micros()
 	leased := false // the key has a granted lease, used up or ended
 	if ready := sh.ready.Load(); ready != nil {
@@ -339,27 +341,20 @@ func (l *leases) giveBack(ctx context.Context, p *policy, key string, n int64) e
 	if n <= 0 {
 		return nil
 	}
-	c := l.refund(ctx, p, key, n)
-	if l.s.batch != nil {
-		return l.s.batch.do(c)
-	}
-	l.s.send(ctx, []*call{c})
-	return c.err
+	return l.s.sendOne(l.refund(ctx, p, key, n))
 }
 
 // refund returns the call that gives n units of a lease on key back.
 func (l *leases) refund(ctx context.Context, p *policy, key string, n int64) *call {
-	c := &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: l.s.nowArg(), specs: p.params, op: opRefund}
-	if l.s.cluster {
-		c.slot = slotOf(c.keys[0])
-	}
+	c := &call{}
+	p.fill(c, ctx, key, n, l.s.nowArg(), opRefund)
 	return c
 }
 
 // forget drops key's leases without giving their units back: the key was
 // reset or overridden, and its state is Redis's again.
 func (l *leases) forget(key string) {
-	sh := l.shard(key)
+	sh := l.shard(maphash.String(l.seed, key))
 	sh.mu.Lock()
 	for lk, ls := range sh.m {
 		if lk.key == key && ls.fetching == nil {

@@ -467,25 +467,10 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 		}
 		sent = s.denials.now()
 	}
-	now := s.nowArg()
 	c := s.get()
 	defer s.put(c)
-	c.ctx, c.p, c.n, c.now, c.specs, c.op = ctx, p, n, now, p.params, o
-	c.keys = p.appendKeys(c.kbuf[:0], key)
-	if p.calendar {
-		c.specs = p.calendarParams(now)
-	}
-	var err error
-	if s.batch != nil {
-		if s.cluster {
-			c.slot = slotOf(c.keys[0])
-		}
-		err = s.batch.do(c)
-	} else {
-		s.send(ctx, []*call{c})
-		err = c.err
-	}
-	if err != nil {
+	p.fill(c, ctx, key, n, s.nowArg(), o)
+	if err := s.sendOne(c); err != nil {
 		return core.Decision{}, err
 	}
 	d := c.decision()
@@ -497,6 +482,30 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 		s.denials.settle(key, p, n, o, sent, d, true)
 	}
 	return d, nil
+}
+
+// fill sets c to do o with n on key under p at now (µs, or -1 for the
+// server's TIME): its keys, its limits' parameters, and on a Cluster its
+// slot.
+func (p *policy) fill(c *call, ctx context.Context, key string, n, now int64, o op) {
+	c.ctx, c.p, c.n, c.now, c.specs, c.op = ctx, p, n, now, p.params, o
+	c.keys = p.appendKeys(c.kbuf[:0], key)
+	if p.calendar {
+		c.specs = p.calendarParams(now)
+	}
+	if p.s.cluster {
+		c.slot = slotOf(c.keys[0])
+	}
+}
+
+// sendOne sends c, a lone call, in the batcher's next script call when
+// the Store batches and on its own otherwise, and returns its error.
+func (s *Store) sendOne(c *call) error {
+	if s.batch != nil {
+		return s.batch.do(c)
+	}
+	s.send(c.ctx, []*call{c})
+	return c.err
 }
 
 // decision combines the verdicts of c's limits that the script returned:
@@ -584,14 +593,8 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 			}
 		}
 		m := s.get()
-		m.ctx, m.p, m.n, m.now, m.specs, m.op, m.advisory = ctx, p, r.N, now, p.params, o, r.Advisory
-		m.keys = p.appendKeys(m.kbuf[:0], r.Key)
-		if p.calendar {
-			m.specs = p.calendarParams(now)
-		}
-		if s.cluster {
-			m.slot = slotOf(m.keys[0])
-		}
+		p.fill(m, ctx, r.Key, r.N, now, o)
+		m.advisory = r.Advisory
 		members, which = append(members, m), append(which, i)
 	}
 	if len(members) == 0 {
