@@ -1,6 +1,7 @@
 -- floodgate: the fast path for the commonest decisions, one request
 -- against one bucket limit (token bucket, leaky bucket, GCRA) or one fixed
--- window (epoch-aligned: not a calendar window). It decides with the same
+-- window (epoch-aligned: not a calendar window): a take, a window's forced
+-- charge, or a bucket's refund (what a lease gives back). It decides with the same
 -- decideBucket and decideFixed (prelude.lua) as decide.lua, and reads and
 -- writes the same states (see parseBucket and parseFixed); the
 -- conformance suite and the differential fuzz test run through it. It
@@ -260,7 +261,8 @@ end
 -- key (see loadState), which it leaves for bucketFlush to write.
 -- arg is ten big-endian doubles (struct.pack '>dddddddddd'), which cost
 -- Redis far less to read than ten decimal strings: now in µs (or -1 for
--- the server's TIME, which serverTime reads), the cost n (0 peeks),
+-- the server's TIME, which serverTime reads), the cost n (0 peeks, and
+-- below 0 gives -n back, at most the quota, as core's Spec.Refund),
 -- milliseconds added to the expiry, quota, rate, period (µs), then tau and
 -- n*T as quotient and remainder (tauQ, tauR, iq, ir), which the client
 -- computes exactly.
@@ -270,6 +272,8 @@ end
 local function decideBucketKey(key, arg, serverTime, seen, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
+  local mode = TAKE
+  if n < 0 then mode, n = REFUND, -n end -- a refund (see decideBucketKey)
   local onServer = now < 0
   if onServer then now = callNow or serverTime() end
 
@@ -285,11 +289,13 @@ local function decideBucketKey(key, arg, serverTime, seen, raw)
   if ov then ov, here = liveOverride(ov, now, 1) end
   if not here then return elsewhere(s.oraw) end
   if ov then L, R, P, tauQ, tauR, iq, ir = overrideBucket(ov, n) end
+  if mode == REFUND and n > L then n = L end -- at most the quota, as core's Refund
 
-  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(s.tat, s.f, s.sr, s.last, s.skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
+  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(s.tat, s.f, s.sr, s.last, s.skew, now, n, L, R, P, tauQ, tauR, iq, ir, mode)
   if n == 0 then allowed, retry = true, 0 end
 
-  if allowed and n > 0 then
+  -- A refund on a key that holds nothing leaves it so, as decide.lua's.
+  if allowed and n > 0 and (mode == TAKE or s.found) then
     local ttl = (reset + 999) / 1000
     ttl = ttl - ttl % 1 + extra -- floor (see FLOOR)
     if ttl < 1 then ttl = 1 end
@@ -329,6 +335,8 @@ end
 local function decideBucketLone(key, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
+  local mode = TAKE
+  if n < 0 then mode, n = REFUND, -n end -- a refund (see decideBucketKey)
   local onServer = now < 0
   if onServer then now = callNow or serverTime() end
 
@@ -351,11 +359,13 @@ local function decideBucketLone(key, arg, serverTime, raw)
     if not here then return elsewhere(oraw) end
     if ov then L, R, P, tauQ, tauR, iq, ir = overrideBucket(ov, n) end
   end
+  if mode == REFUND and n > L then n = L end -- at most the quota, as core's Refund
 
-  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, TAKE)
+  local allowed, nt, nf, remaining, retry, reset, t, sk = decideBucket(tat, f, sr, last, skew, now, n, L, R, P, tauQ, tauR, iq, ir, mode)
   if n == 0 then allowed, retry = true, 0 end
 
-  if allowed and n > 0 then
+  -- A refund on a key that holds nothing leaves it so, as decide.lua's.
+  if allowed and n > 0 and (mode == TAKE or size > 0) then
     local ttl = (reset + 999) / 1000
     ttl = ttl - ttl % 1 + extra -- floor (see FLOOR)
     if ttl < 1 then ttl = 1 end

@@ -458,3 +458,89 @@ func TestBatchNewKeys(t *testing.T) {
 		}
 	}
 }
+
+// A refund on a lone bucket goes through the fast path, in the same call
+// as the takes of its batch, and answers as decide.lua does: on a key
+// that other requests of the batch name, at most the quota, nothing
+// written on a key that holds nothing, by a lone bucket's override, and
+// a refund of 0 as a peek.
+func TestBatchRefunds(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	type req struct {
+		key       string
+		n         int64 // below 0: a refund of -n
+		remaining int64
+	}
+	for _, tt := range []struct {
+		name string
+		reqs []req
+	}{
+		{"take, give back, take on one key", []req{{"a", 3, 2}, {"a", -2, 4}, {"a", 4, 0}}},
+		{"a lone refund after takes", []req{{"a", 5, 0}, {"b", 1, 4}}}, // then refunds in the next batch
+		{"more than the quota", []req{{"a", 5, 0}, {"a", -9, 5}}},
+		{"on a key that holds nothing", []req{{"none", -2, 5}, {"b", 2, 3}}},
+		{"by the key's override", []req{{"lone", 4, 1}, {"lone", -20, 10}}}, // as is: 5 of its 10 left
+		{"of 0", []req{{"a", 2, 3}, {"a", 0, 3}, {"a", -0, 3}}},
+	} {
+		for _, slow := range []bool{false, true} {
+			name := tt.name
+			if slow {
+				name += " (decide.lua)"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := context.Background()
+				const prefix = "br:"
+				client.FlushAll(ctx)
+				st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: storetest.NewClock(storetest.Base)})
+				if slow {
+					st.DisableFastPath()
+				}
+				lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 5))
+				if err := lim.SetOverride(ctx, "lone", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 10)}}, floodgate.AsIs); err != nil {
+					t.Fatal(err)
+				}
+				sp, err := core.NewBucket("token-bucket", 1, time.Hour, 5, "burst")
+				if err != nil {
+					t.Fatal(err)
+				}
+				pol, err := st.Prepare([]core.Spec{sp})
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys, ns := make([]string, len(tt.reqs)), make([]int64, len(tt.reqs))
+				for i, r := range tt.reqs {
+					keys[i], ns[i] = r.key, r.n
+				}
+				before := st.Stats()
+				ds, errs, fast := st.Batch(ctx, pol, keys, ns)
+				if fast == slow {
+					t.Errorf("through the fast path: %v, want %v", fast, !slow)
+				}
+				for i, r := range tt.reqs {
+					if errs[i] != nil {
+						t.Fatalf("%d (%s, %d): %v", i, r.key, r.n, errs[i])
+					}
+					if !ds[i].Allowed || ds[i].Remaining != r.remaining {
+						t.Errorf("%d (%s, %d): allowed %v, remaining %d; want true, %d", i, r.key, r.n, ds[i].Allowed, ds[i].Remaining, r.remaining)
+					}
+				}
+				if calls := st.Stats().ScriptCalls - before.ScriptCalls; !slow && calls != 1 {
+					t.Errorf("%d script calls, want 1", calls)
+				}
+				if n := client.Exists(ctx, prefix+"{none}:0b").Val(); n != 0 {
+					t.Error("a refund on a key that held nothing wrote it")
+				}
+				// The next batch's lone refunds, from the state the first left.
+				ds, errs, _ = st.Batch(ctx, pol, []string{"a", "c"}, []int64{-1, -1})
+				for i, err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !ds[i].Allowed {
+						t.Errorf("refund %d denied", i)
+					}
+				}
+			})
+		}
+	}
+}

@@ -55,6 +55,24 @@ func (s *Store) TakeBatchGroup(ctx context.Context, pol core.Policy, keys, group
 	return ds, errs, gds, gerr
 }
 
+// Batch sends, in one batch, a request on each of keys with pol, a Policy
+// that s prepared: one that takes ns[i], or for ns[i] < 0 gives -ns[i]
+// back. It returns each decision and its error, and whether the batch
+// went through the fast path (bucket.lua).
+func (s *Store) Batch(ctx context.Context, pol core.Policy, keys []string, ns []int64) ([]core.Decision, []error, bool) {
+	calls := make([]*call, len(keys))
+	for i, k := range keys {
+		calls[i] = s.testCall(ctx, pol, k, ns[i])
+		if ns[i] < 0 {
+			calls[i].n, calls[i].op = -ns[i], opRefund
+		}
+	}
+	fast, _ := s.allFast(calls)
+	s.send(ctx, calls)
+	ds, errs := decisions(calls)
+	return ds, errs, fast && !s.noFastPath
+}
+
 // TakePipeline decides a request of cost n on each of keys with pol, a
 // Policy that s prepared, all in one pipeline of a script call per slot,
 // as the batcher sends a Cluster master's queued calls, and returns each

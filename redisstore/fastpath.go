@@ -97,10 +97,12 @@ func (s *Store) allFast(calls []*call) (ok, groups bool) {
 }
 
 // fast reports whether c is a request that the fast path decides: a take
-// on a lone bucket or fixed window, or a forced charge on a fixed window.
+// on a lone bucket or fixed window, a forced charge on a fixed window, or a
+// refund on a bucket. A lease's give-back is such a refund: decided by
+// decide.lua, it sent every request of the batch it joined there too.
 func (c *call) fast() bool {
 	f := c.p.fast
-	return c.group == nil && f != nil && (c.op == opTake || (c.op == opCharge && f.window))
+	return c.group == nil && f != nil && (c.op == opTake || (c.op == opCharge && f.window) || (c.op == opRefund && !f.window))
 }
 
 // foreignKeys remembers the keys (their first Redis key) whose override
@@ -255,8 +257,9 @@ func (f *fastArgs) boxed(now, n int64, o op, shared bool) any {
 }
 
 // arg returns the argument for a request of cost n at now (µs, or -1 for
-// the server's TIME) that takes n, or for a fixed window charges it (o);
-// shared says that another request of its batch names its key.
+// the server's TIME) that takes n, or for a fixed window charges it and
+// for a bucket gives it back (o); shared says that another request of its
+// batch names its key.
 func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 	buf := f.packed
 	putDouble(buf[0:], now)
@@ -271,10 +274,18 @@ func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 		putDouble(buf[8:], n)
 		return string(buf[:windowArgLen+more])
 	}
-	putDouble(buf[8:], n)
 	iq, ir := f.tq, f.tr // n*T for the common n = 1
-	if n != 1 && n <= f.quota {
-		iq, ir = core.MulDiv(n, f.period, f.rate)
+	if o == opRefund {
+		// bucket.lua's refund: it computes n*T itself, of n at most the
+		// limit's quota, which an override's may change. A refund of 0
+		// goes as a peek, which answers alike and writes nothing.
+		putDouble(buf[8:], -n)
+		iq, ir = 0, 0
+	} else {
+		putDouble(buf[8:], n)
+		if n != 1 && n <= f.quota {
+			iq, ir = core.MulDiv(n, f.period, f.rate)
+		}
 	}
 	putDouble(buf[64:], iq)
 	putDouble(buf[72:], ir)
