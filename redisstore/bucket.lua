@@ -371,11 +371,14 @@ local function decideBucketLone(key, arg, serverTime, raw)
     if ttl < 1 then ttl = 1 end
     local px = ttl
     if onServer then px, e = bucketExpiry(e, now, ttl) else e = 0 end
-    if not px and size == 25 and nf == 0 and sk == 0 and not oraw then
+    if not px and bare and size == 25 and nf == 0 and sk == 0 then
       -- writeState(key, fmtBucket(...)) for the commonest write, written
       -- out: the short form of a key without an override, over a value
-      -- of its length, keeping the key's expiry.
-      call('SETRANGE', key, '0', spack('>Bddd', 1, nt, nt - t, e))
+      -- of that form, keeping the key's expiry. What changes is tat and
+      -- d, after the byte that says the form; e is the one read (px is
+      -- false). Two numbers pack for about 600 instructions less than
+      -- four.
+      call('SETRANGE', key, '1', spack('>dd', nt, nt - t))
     else
       writeState(key, fmtBucket(nt, nf, R, t, sk, e, not oraw), size, px)
     end
