@@ -7,7 +7,8 @@ import (
 
 // TestBatcherRoom holds the batcher to maxInflight script calls in flight
 // while its batches are small, and to a quarter as many, rounded up, but
-// two, while they carry smallBatch calls or more; a call then goes out
+// three, while they carry smallBatch calls or more (never more than
+// maxInflight); a call then goes out
 // beside one in flight only with half as many calls as those carried.
 func TestBatcherRoom(t *testing.T) {
 	tests := []struct {
@@ -21,18 +22,18 @@ func TestBatcherRoom(t *testing.T) {
 		{"idle", 4, 0, 0, 1, true},
 		{"default, small batches, below the cap", 8, 1, 7, 1, true},
 		{"default, small batches, at the cap", 8, 1, 8, 1, false},
-		{"default, large batches, below two", 8, 13, 1, 13, true},
-		{"default, large batches, at two", 8, 13, 2, 13, false},
+		{"default, large batches, below three", 8, 13, 2, 13, true},
+		{"default, large batches, at three", 8, 13, 3, 13, false},
 		{"sixteen, large batches, below a quarter", 16, 13, 3, 13, true},
 		{"sixteen, large batches, at a quarter", 16, 13, 4, 13, false},
 		{"small batches, below the cap", 4, 1, 3, 1, true},
 		{"small batches, at the cap", 4, 2, 4, 2, false},
 		{"just below smallBatch", 4, smallBatch - 1, 3, 1, true},
-		{"large batches, below two", 4, 19, 1, 19, true},
-		{"large batches, at two", 4, 19, 2, 19, false},
-		{"at smallBatch, at two", 4, smallBatch, 2, smallBatch, false},
-		{"three, large batches: two", 3, 19, 1, 19, true},
-		{"three, large batches, at two", 3, 19, 2, 19, false},
+		{"large batches, below three", 4, 19, 2, 19, true},
+		{"large batches, at three", 4, 19, 3, 19, false},
+		{"at smallBatch, at three", 4, smallBatch, 3, smallBatch, false},
+		{"three, large batches: three", 3, 19, 2, 19, true},
+		{"three, large batches, at three", 3, 19, 3, 19, false},
 		{"one in flight at most", 1, 1, 1, 1, false},
 		{"one in flight at most, none yet", 1, 19, 0, 1, true},
 		{"two, large batches: still two", 2, 19, 1, 19, true},
@@ -70,14 +71,14 @@ func TestBatcherSizeAverage(t *testing.T) {
 		b.out(19)
 	}
 	b.out(1)
-	b.inflight = 2
+	b.inflight = 3 // the large batches' room
 	if b.room(19) {
 		t.Fatalf("room() after one call of 1 among calls of 19: size %d/256, want closed", b.size)
 	}
 	for range 40 {
 		b.out(2)
 	}
-	b.inflight = 2
+	b.inflight = 3
 	if !b.room(1) {
 		t.Fatalf("room() after 40 calls of 2: size %d/256, want open", b.size)
 	}

@@ -67,11 +67,11 @@ type Options struct {
 	// only for their round trip.
 	//
 	// While the script calls carry 4 requests or more on average (a group
-	// counting as one), a quarter as many (rounded up), but at least 2, go
+	// counting as one), a quarter as many (rounded up), but at least 3, go
 	// out: batches that large mean that many decisions wait, Redis (or the
 	// CPU the client shares with it) is the bottleneck, each script call
-	// costs about as much as a few decisions, and with one call for Redis
-	// to run while the client reads the other's reply and the next batch
+	// costs about as much as a few decisions, and with a call for Redis
+	// to run while the client reads another's reply and the next batch
 	// gathers, a busy Redis stays busy with the fewest, largest batches.
 	// Then a script call goes out beside another only with at least half
 	// as many requests as they carry: a request that arrives alone while
