@@ -1,11 +1,11 @@
 -- floodgate: the fast path for the commonest decisions, one request
 -- against one bucket limit (token bucket, leaky bucket, GCRA) or one fixed
--- window (epoch-aligned: not a calendar window): a take, a window's forced
--- charge, or a bucket's refund (what a lease gives back). It decides with the same
--- decideBucket and decideFixed (prelude.lua) as decide.lua, and reads and
--- writes the same states (see parseBucket and parseFixed); the
--- conformance suite and the differential fuzz test run through it. It
--- exists because a lone decision costs Redis about a third of the
+-- window (epoch-aligned: not a calendar window): a take, a window's
+-- forced charge, or a bucket's refund (what a lease gives back). It
+-- decides with the same decideBucket and decideFixed (prelude.lua) as
+-- decide.lua, and reads and writes the same states (see parseBucket and
+-- parseFixed); the conformance suite and the differential fuzz test run
+-- through it. It exists because a lone decision costs Redis about a third of the
 -- instructions that decide.lua's general batch machinery does, and that
 -- is the latency of a single caller. Batches of such decisions go through
 -- it too (bucketBatch): one call, in which MGET reads most of the batch's
