@@ -5,9 +5,9 @@
 -- decides with the same decideBucket and decideFixed (prelude.lua) as
 -- decide.lua, and reads and writes the same states (see parseBucket and
 -- parseFixed); the conformance suite and the differential fuzz test run
--- through it. It exists because a lone decision costs Redis about a third of the
--- instructions that decide.lua's general batch machinery does, and that
--- is the latency of a single caller. Batches of such decisions go through
+-- through it. It exists because a lone decision costs Redis about a third
+-- of the instructions that decide.lua's general batch machinery does, and
+-- that is the latency of a single caller. Batches of such decisions go through
 -- it too (bucketBatch): one call, in which MGET reads most of the batch's
 -- states (see bucketBatch), and each key is written once.
 -- (prelude.lua comes first. As a script, init() is called before this
@@ -238,11 +238,15 @@ end
 -- carry the same bytes, which Lua holds as one string, so each decision
 -- after the first of them, in this call or a later one, compares two
 -- pointers instead of unpacking (a thirtieth of a decision's instructions
--- in Redis). A script's chunk, run at every call, starts with none.
+-- in Redis). A script's chunk, run at every call, starts with none. bMode
+-- is what the argument does with its cost bN: TAKE, or REFUND for a
+-- negative cost, whose amount bN then holds.
 local bArg, bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+local bMode = TAKE
 local function unpackBucketArg(arg)
   bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = sunpack('>dddddddddd', arg)
-  bArg = arg
+  bArg, bMode = arg, TAKE
+  if bN < 0 then bMode, bN = REFUND, -bN end
 end
 
 -- overrideBucket returns the parameters of a request of cost n on a key
@@ -272,8 +276,7 @@ end
 local function decideBucketKey(key, arg, serverTime, seen, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
-  local mode = TAKE
-  if n < 0 then mode, n = REFUND, -n end -- a refund (see decideBucketKey)
+  local mode = bMode
   local onServer = now < 0
   if onServer then now = callNow or serverTime() end
 
@@ -335,8 +338,7 @@ end
 local function decideBucketLone(key, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
-  local mode = TAKE
-  if n < 0 then mode, n = REFUND, -n end -- a refund (see decideBucketKey)
+  local mode = bMode
   local onServer = now < 0
   if onServer then now = callNow or serverTime() end
 

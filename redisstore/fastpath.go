@@ -98,8 +98,8 @@ func (s *Store) allFast(calls []*call) (ok, groups bool) {
 
 // fast reports whether c is a request that the fast path decides: a take
 // on a lone bucket or fixed window, a forced charge on a fixed window, or a
-// refund on a bucket. A lease's give-back is such a refund: decided by
-// decide.lua, it sent every request of the batch it joined there too.
+// refund on a bucket: a lease's give-back, which would otherwise send
+// every request of the batch it joins to decide.lua.
 func (c *call) fast() bool {
 	f := c.p.fast
 	return c.group == nil && f != nil && (c.op == opTake || (c.op == opCharge && f.window) || (c.op == opRefund && !f.window))
@@ -276,17 +276,15 @@ func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 	}
 	iq, ir := f.tq, f.tr // n*T for the common n = 1
 	if o == opRefund {
-		// bucket.lua's refund: it computes n*T itself, of n at most the
-		// limit's quota, which an override's may change. A refund of 0
-		// goes as a peek, which answers alike and writes nothing.
-		putDouble(buf[8:], -n)
-		iq, ir = 0, 0
-	} else {
-		putDouble(buf[8:], n)
-		if n != 1 && n <= f.quota {
-			iq, ir = core.MulDiv(n, f.period, f.rate)
-		}
+		// bucket.lua's refund is a negative cost, and it computes n*T
+		// itself, of n at most the limit's quota, which an override's may
+		// change. A refund of 0 goes as a peek (n*T 0), which answers
+		// alike and writes nothing.
+		n, iq, ir = -n, 0, 0
+	} else if n != 1 && n <= f.quota {
+		iq, ir = core.MulDiv(n, f.period, f.rate)
 	}
+	putDouble(buf[8:], n)
 	putDouble(buf[64:], iq)
 	putDouble(buf[72:], ir)
 	return string(buf[:bucketArgLen+more])
