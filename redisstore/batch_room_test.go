@@ -7,9 +7,9 @@ import (
 
 // TestBatcherRoom holds the batcher to maxInflight script calls in flight
 // while its batches are small, and to a quarter as many, rounded up, but
-// three, while they carry smallBatch calls or more (never more than
-// maxInflight); a call then goes out
-// beside one in flight only with half as many calls as those carried.
+// three (never more than maxInflight), while they carry smallBatch calls
+// or more; a call then goes out beside one in flight only with half as
+// many calls as those carried.
 func TestBatcherRoom(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -32,7 +32,7 @@ func TestBatcherRoom(t *testing.T) {
 		{"large batches, below three", 4, 19, 2, 19, true},
 		{"large batches, at three", 4, 19, 3, 19, false},
 		{"at smallBatch, at three", 4, smallBatch, 3, smallBatch, false},
-		{"three, large batches: three", 3, 19, 2, 19, true},
+		{"three, large batches, below three", 3, 19, 2, 19, true},
 		{"three, large batches, at three", 3, 19, 3, 19, false},
 		{"one in flight at most", 1, 1, 1, 1, false},
 		{"one in flight at most, none yet", 1, 19, 0, 1, true},

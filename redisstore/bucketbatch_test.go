@@ -41,14 +41,7 @@ func TestBucketBatch(t *testing.T) {
 				st.DisableFastPath()
 			}
 			lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 3))
-			sp, err := core.NewBucket("token-bucket", 1, time.Hour, 3, "burst")
-			if err != nil {
-				t.Fatal(err)
-			}
-			pol, err := st.Prepare([]core.Spec{sp})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pol := hourBucket(t, st, 3)
 			if err := client.LPush(ctx, "bb:{list}:0b", "x").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -339,6 +332,22 @@ func TestStateReuse(t *testing.T) {
 	}
 }
 
+// hourBucket returns the Policy that st prepared for a token bucket of
+// burst, refilling one token an hour: the Policy of a Limiter of
+// floodgate.TokenBucket(1, time.Hour, burst) on st.
+func hourBucket(t *testing.T, st *redisstore.Store, burst int64) core.Policy {
+	t.Helper()
+	sp, err := core.NewBucket("token-bucket", 1, time.Hour, burst, "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := st.Prepare([]core.Spec{sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
 // bucketAndWindow returns the Specs of a token bucket of burst 3 and of a
 // fixed window of 3, both of an hour.
 func bucketAndWindow(t *testing.T) []core.Spec {
@@ -499,14 +508,7 @@ func TestBatchRefunds(t *testing.T) {
 				if err := lim.SetOverride(ctx, "lone", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 10)}}, floodgate.AsIs); err != nil {
 					t.Fatal(err)
 				}
-				sp, err := core.NewBucket("token-bucket", 1, time.Hour, 5, "burst")
-				if err != nil {
-					t.Fatal(err)
-				}
-				pol, err := st.Prepare([]core.Spec{sp})
-				if err != nil {
-					t.Fatal(err)
-				}
+				pol := hourBucket(t, st, 5)
 				keys, ns := make([]string, len(tt.reqs)), make([]int64, len(tt.reqs))
 				for i, r := range tt.reqs {
 					keys[i], ns[i] = r.key, r.n
