@@ -115,13 +115,19 @@ func main() {
 	logx.Disable()
 	stolen := procs.ReadStolen()
 	defer func() { fmt.Printf("\n%s\n", stolen.Note()) }()
+	// The servers this program starts are stopped at the end of main and
+	// on SIGINT or SIGTERM: a run stopped by hand left its redis-server
+	// running, and its folder in the temporary directory.
+	var stops procs.Stops
+	defer stops.Run()
+	stops.OnSignal()
 
 	if *cluster {
-		clusterScaling(*duration, *runs)
+		clusterScaling(&stops, *duration, *runs)
 		return
 	}
 	addr, stop := procs.StartRedis(*port)
-	defer stop()
+	stops.Add(stop)
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
 	defer client.Close()
 	ctx := context.Background()
@@ -755,13 +761,13 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 // 10,000 keys with a limit that admits everything. All the masters share
 // the machine's cores, so the figures show the cost of routing, not
 // scaling.
-func clusterScaling(dur time.Duration, runs int) {
+func clusterScaling(stops *procs.Stops, dur time.Duration, runs int) {
 	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
 	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
 	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | floodgate script calls per round trip |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, masters := range []int{1, 3, 6} {
-		addrs, stop := procs.StartCluster(masters)
+		addrs, stop := procs.StartCluster(stops, masters)
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
 		fg := redisstore.New(cc, &redisstore.Options{Prefix: "fg:", DenialCache: true})
 		lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst))}, nil)

@@ -32,7 +32,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -99,15 +98,9 @@ func main() {
 			log.Fatal(f.err)
 		}
 	}()
-	var stops stopList
-	defer stops.run()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		stops.run()
-		os.Exit(1)
-	}()
+	var stops procs.Stops
+	defer stops.Run()
+	stops.OnSignal()
 
 	// The load generator shares the machine's two cores with the service it
 	// measures: with Go's default GC, marking its small heap took about a
@@ -117,18 +110,18 @@ func main() {
 	stolen := procs.ReadStolen()
 	defer func() { fmt.Printf("\n%s\n", stolen.Note()) }()
 	redisAddr, stopRedis := procs.StartRedis(*port)
-	stops.add(stopRedis)
+	stops.Add(stopRedis)
 	dir, err := os.MkdirTemp("", "rlsbench")
 	check(err)
-	stops.add(func() { os.RemoveAll(dir) })
+	stops.Add(func() { os.RemoveAll(dir) })
 
 	peerBin, err := peertest.BuildRatelimit()
 	check(err)
 	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort)
 	check(err)
-	stops.add(peer.Stop)
+	stops.Add(peer.Stop)
 	fgAddr, fgPID, stopFG := startFloodgate(dir, redisAddr)
-	stops.add(stopFG)
+	stops.Add(stopFG)
 	redisPID := procs.RedisPID(redisAddr)
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians\n\n",
@@ -171,32 +164,6 @@ func main() {
 					med[i].redisCPU.Round(100*time.Nanosecond), med[i].genCPU.Round(100*time.Nanosecond), 100*med[i].over, timedOut, ratio)
 			}
 		}
-	}
-}
-
-// stopList stops what the program started, the latest first, once, from
-// main or from the signal handler's goroutine.
-type stopList struct {
-	mu    sync.Mutex
-	fs    []func()
-	ended bool
-}
-
-func (l *stopList) add(f func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.fs = append(l.fs, f)
-}
-
-func (l *stopList) run() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return
-	}
-	l.ended = true
-	for i := len(l.fs) - 1; i >= 0; i-- {
-		l.fs[i]()
 	}
 }
 

@@ -10,9 +10,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -191,12 +194,14 @@ func (s Stolen) Note() string {
 // StartCluster starts a Redis Cluster of masters redis-servers (no
 // replicas) on free loopback ports, splits the 16384 slots evenly among
 // them, waits until every node reports cluster_state:ok, and returns their
-// addresses and a function that stops them all.
-func StartCluster(masters int) ([]string, func()) {
+// addresses and a function that stops them all. Each server's stop is
+// added to stops as it starts, so that a signal while the cluster forms
+// stops the servers started so far.
+func StartCluster(stops *Stops, masters int) ([]string, func()) {
 	var addrs []string
-	var stops []func()
+	var started []func()
 	stop := func() {
-		for _, s := range stops {
+		for _, s := range started {
 			s()
 		}
 	}
@@ -207,7 +212,8 @@ func StartCluster(masters int) ([]string, func()) {
 			stop()
 			log.Fatal(err)
 		}
-		stops = append(stops, stopOne)
+		started = append(started, stopOne)
+		stops.Add(stopOne)
 		addrs = append(addrs, addr)
 	}
 	ctx := context.Background()
@@ -244,4 +250,48 @@ func StartCluster(masters int) ([]string, func()) {
 		}
 	}
 	return addrs, stop
+}
+
+// Stops holds what a program started, to stop on every way out: the end
+// of main (defer Run), and SIGINT or SIGTERM (OnSignal). Run stops them
+// the latest first, once, whichever comes first; a stop added for
+// something the program also stops itself must be safe to call twice, as
+// StartRedis's and StartCluster's are. The zero value is ready to use.
+type Stops struct {
+	mu    sync.Mutex
+	fs    []func()
+	ended bool
+}
+
+// Add adds f to the stops.
+func (s *Stops) Add(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fs = append(s.fs, f)
+}
+
+// Run runs the stops, the latest first; only its first call does.
+func (s *Stops) Run() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return
+	}
+	s.ended = true
+	for i := len(s.fs) - 1; i >= 0; i-- {
+		s.fs[i]()
+	}
+}
+
+// OnSignal makes SIGINT and SIGTERM run the stops and exit the program
+// with status 1, rather than leave what it started running. Its
+// goroutine lives as long as the program.
+func (s *Stops) OnSignal() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		s.Run()
+		os.Exit(1)
+	}()
 }
