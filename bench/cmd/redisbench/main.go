@@ -115,26 +115,23 @@ func main() {
 	logx.Disable()
 	stolen := procs.ReadStolen()
 	defer func() { fmt.Printf("\n%s\n", stolen.Note()) }()
-	// The servers this program starts are stopped at the end of main and
-	// on SIGINT or SIGTERM: a run stopped by hand left its redis-server
-	// running, and its folder in the temporary directory.
-	var stops procs.Stops
+	// The servers this program starts are stopped at the end of main, on
+	// SIGINT or SIGTERM, and on a failure (see stops).
 	defer stops.Run()
 	stops.OnSignal()
 
 	if *cluster {
-		clusterScaling(&stops, *duration, *runs)
+		clusterScaling(*duration, *runs)
 		return
 	}
-	addr, stop := procs.StartRedis(*port)
-	stops.Add(stop)
+	addr := procs.StartRedis(&stops, *port)
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
 	defer client.Close()
 	ctx := context.Background()
 	serverClock = func() time.Time {
 		t, err := client.Time(ctx).Result()
 		if err != nil {
-			log.Fatal(err)
+			stops.Fatal(err)
 		}
 		return t
 	}
@@ -312,9 +309,9 @@ func main() {
 					client.FlushAll(ctx)
 					cpu0 := redisCPU(ctx, client)
 					d := p.make(sc.rate, time.Second, sc.burst)
-					own0 := procs.CPU(os.Getpid()) // the limiter's client side, with the load's own work
+					own0 := procs.CPU(&stops, os.Getpid()) // the limiter's client side, with the load's own work
 					rs := track(peers[i:i+1], func() []result { return []result{run(d, sc, *duration)} })[0]
-					rs.clientCPU = (procs.CPU(os.Getpid()) - own0) / time.Duration(max(rs.decisions, 1))
+					rs.clientCPU = (procs.CPU(&stops, os.Getpid()) - own0) / time.Duration(max(rs.decisions, 1))
 					rs.redisCPU = (redisCPU(ctx, client) - cpu0) / time.Duration(max(rs.decisions, 1))
 					res[i] = append(res[i], rs)
 				}
@@ -397,7 +394,7 @@ func runInterleaved(ds []decider, sc scenario, dur time.Duration) []result {
 			ok, err := d(ctx, names[k])
 			l := time.Since(t0)
 			if err != nil {
-				log.Fatal(err)
+				stops.Fatal(err)
 			}
 			lat[i] = append(lat[i], l)
 			busy[i] += l
@@ -448,9 +445,9 @@ func runSliced(ds []decider, sc scenario, dur time.Duration, run0 int) []result 
 	for s := range inProcessSlices {
 		for j := range ds {
 			i := (run0 + s + j) % len(ds)
-			own0 := procs.CPU(os.Getpid())
+			own0 := procs.CPU(&stops, os.Getpid())
 			r := run(ds[i], sc, slice)
-			cpu[i] += procs.CPU(os.Getpid()) - own0
+			cpu[i] += procs.CPU(&stops, os.Getpid()) - own0
 			busy[i] += r.elapsed // the load's, not the setting up and adding up around it
 			o := &out[i]
 			o.decisions += r.decisions
@@ -526,7 +523,7 @@ func run(d decider, sc scenario, dur time.Duration) result {
 				}
 				ok, err := d(ctx, names[k])
 				if err != nil {
-					log.Fatal(err)
+					stops.Fatal(err)
 				}
 				if !sc.inProcess {
 					l := time.Since(t0)
@@ -640,7 +637,7 @@ func memoryPerKey(ctx context.Context, client *redis.Client, peers []peer, n int
 				defer wg.Done()
 				for k := g; k < n; k += 16 {
 					if _, err := d(ctx, "user:"+strconv.Itoa(k)); err != nil {
-						log.Fatal(err)
+						stops.Fatal(err)
 					}
 				}
 			}()
@@ -674,6 +671,12 @@ func redisVersion(c *redis.Client) string {
 	}
 	return "?"
 }
+
+// stops holds the servers this program started (see procs.Stops), for
+// main to stop at its end, on a signal, and on a failure: every failure
+// once a server runs, in any goroutine, exits through stops.Fatal, where
+// log.Fatal would leave the servers running and their folders behind.
+var stops procs.Stops
 
 // serverClock reads Redis's TIME, the clock the Redis limiters decide
 // on; set by main.
@@ -719,7 +722,7 @@ func exactAdmissions(arrivals [][]arrival, sc scenario, at func(arrival) time.Ti
 	slices.SortFunc(all, func(a, b arrival) int { return at(a).Compare(at(b)) })
 	e, err := storetest.NewExact(at(all[0]), floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst)))
 	if err != nil {
-		log.Fatal(err)
+		stops.Fatal(err)
 	}
 	defer e.Close()
 	var n int64
@@ -738,7 +741,7 @@ func exactAdmissions(arrivals [][]arrival, sc scenario, at func(arrival) time.Ti
 func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float64 {
 	sha, err := client.ScriptLoad(ctx, "return 1").Result()
 	if err != nil {
-		log.Fatal(err)
+		stops.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(addr)
 	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-c", "64", "-P", "32", "-n", "3000000", "--csv", "EVALSHA", sha, "0").Output()
@@ -761,18 +764,18 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 // 10,000 keys with a limit that admits everything. All the masters share
 // the machine's cores, so the figures show the cost of routing, not
 // scaling.
-func clusterScaling(stops *procs.Stops, dur time.Duration, runs int) {
+func clusterScaling(dur time.Duration, runs int) {
 	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
 	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
 	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | floodgate script calls per round trip |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, masters := range []int{1, 3, 6} {
-		addrs, stop := procs.StartCluster(stops, masters)
+		addrs, stop := procs.StartCluster(&stops, masters)
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
 		fg := redisstore.New(cc, &redisstore.Options{Prefix: "fg:", DenialCache: true})
 		lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst))}, nil)
 		if err != nil {
-			log.Fatal(err)
+			stops.Fatal(err)
 		}
 		rr := redis_rate.NewLimiter(cc)
 		l := redis_rate.Limit{Rate: sc.rate, Period: time.Second, Burst: sc.burst}

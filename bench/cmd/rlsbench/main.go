@@ -109,8 +109,7 @@ func main() {
 	defer gcfloor.Start(64 << 20).Stop()
 	stolen := procs.ReadStolen()
 	defer func() { fmt.Printf("\n%s\n", stolen.Note()) }()
-	redisAddr, stopRedis := procs.StartRedis(*port)
-	stops.Add(stopRedis)
+	redisAddr := procs.StartRedis(&stops, *port)
 	dir, err := os.MkdirTemp("", "rlsbench")
 	check(err)
 	stops.Add(func() { os.RemoveAll(dir) })
@@ -122,7 +121,7 @@ func main() {
 	stops.Add(peer.Stop)
 	fgAddr, fgPID, stopFG := startFloodgate(dir, redisAddr)
 	stops.Add(stopFG)
-	redisPID := procs.RedisPID(redisAddr)
+	redisPID := procs.RedisPID(&stops, redisAddr)
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians\n\n",
 		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *client, *runs, *duration)
@@ -136,12 +135,12 @@ func main() {
 			var results [2][]result
 			for range *runs {
 				for i, tg := range targets {
-					cpu0, rcpu0, gcpu0 := procs.CPU(tg.pid), procs.CPU(redisPID), procs.CPU(os.Getpid())
+					cpu0, rcpu0, gcpu0 := procs.CPU(&stops, tg.pid), procs.CPU(&stops, redisPID), procs.CPU(&stops, os.Getpid())
 					r := run(tg.addr, callers, descs, *duration)
 					if r.n > 0 {
-						r.cpu = (procs.CPU(tg.pid) - cpu0) / time.Duration(r.n)
-						r.redisCPU = (procs.CPU(redisPID) - rcpu0) / time.Duration(r.n)
-						r.genCPU = (procs.CPU(os.Getpid()) - gcpu0) / time.Duration(r.n)
+						r.cpu = (procs.CPU(&stops, tg.pid) - cpu0) / time.Duration(r.n)
+						r.redisCPU = (procs.CPU(&stops, redisPID) - rcpu0) / time.Duration(r.n)
+						r.genCPU = (procs.CPU(&stops, os.Getpid()) - gcpu0) / time.Duration(r.n)
 					}
 					results[i] = append(results[i], r)
 				}

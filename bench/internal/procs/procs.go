@@ -22,29 +22,32 @@ import (
 )
 
 // StartRedis starts a redis-server on the loopback port (0: a free one),
-// keeping nothing on disk, waits until it answers, and returns its address
-// and a function that stops it. It exits the program if the server that
+// keeping nothing on disk, waits until it answers, and returns its
+// address. Its stop is added to stops as soon as the process starts, so
+// that a signal while it starts stops it too. It exits the program
+// (stops.Fatal) if the server does not start, or if the server that
 // answers on the port is not the one it started: a port already taken by
 // another redis-server would otherwise be measured, and written to, in
 // its place.
-func StartRedis(port int) (string, func()) {
+func StartRedis(stops *Stops, port int) string {
 	if port == 0 {
-		port = FreePort()
+		port = FreePort(stops)
 	}
-	addr, stop, err := startServer(port, "floodgate-bench")
+	addr, _, err := startServer(stops, port, "floodgate-bench")
 	if err != nil {
-		log.Fatal(err)
+		stops.Fatal(err)
 	}
-	return addr, stop
+	return addr
 }
 
 // FreePort returns a loopback TCP port that nothing listened on a moment
-// ago, whose Redis Cluster bus port (10000 above it) is free too.
-func FreePort() int {
+// ago, whose Redis Cluster bus port (10000 above it) is free too. It
+// exits the program (stops.Fatal) when it finds none.
+func FreePort(stops *Stops) int {
 	for range 100 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			log.Fatal(err)
+			stops.Fatal(err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
@@ -56,15 +59,16 @@ func FreePort() int {
 			return port
 		}
 	}
-	log.Fatal("no free loopback port pair found")
+	stops.Fatal("no free loopback port pair found")
 	return 0
 }
 
 // startServer starts a redis-server on the loopback port with extra
-// arguments, in a new temporary directory named after prefix, and waits
-// until it answers. It fails if the process exits, or if what answers on
-// the port is another process.
-func startServer(port int, prefix string, extra ...string) (string, func(), error) {
+// arguments, in a new temporary directory named after prefix, adds its
+// stop to stops as soon as the process starts, and waits until it
+// answers. It fails if the process exits, or if what answers on the port
+// is another process. The stop it returns is safe to call more than once.
+func startServer(stops *Stops, port int, prefix string, extra ...string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return "", nil, err
@@ -84,6 +88,7 @@ func startServer(port int, prefix string, extra ...string) (string, func(), erro
 		<-exited
 		os.RemoveAll(dir)
 	}
+	stops.Add(stop)
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	for i := 0; ; i++ {
@@ -110,13 +115,14 @@ func startServer(port int, prefix string, extra ...string) (string, func(), erro
 	return addr, stop, nil
 }
 
-// RedisPID returns the process ID of the redis-server at addr.
-func RedisPID(addr string) int {
+// RedisPID returns the process ID of the redis-server at addr, or exits
+// the program (stops.Fatal) when it cannot ask.
+func RedisPID(stops *Stops, addr string) int {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
 	pid, err := serverPID(c)
 	if err != nil {
-		log.Fatal(err)
+		stops.Fatal(err)
 	}
 	return pid
 }
@@ -136,11 +142,12 @@ func serverPID(c *redis.Client) (int, error) {
 }
 
 // CPU returns the user and system CPU time the process pid has used so
-// far, from /proc.
-func CPU(pid int) time.Duration {
+// far, from /proc, or exits the program (stops.Fatal) when the process
+// is gone.
+func CPU(stops *Stops, pid int) time.Duration {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		log.Fatal(err)
+		stops.Fatal(err)
 	}
 	// The fields after the command name, which is in parentheses: utime
 	// and stime are the 12th and 13th of them, in clock ticks (100 a
@@ -196,7 +203,8 @@ func (s Stolen) Note() string {
 // them, waits until every node reports cluster_state:ok, and returns their
 // addresses and a function that stops them all. Each server's stop is
 // added to stops as it starts, so that a signal while the cluster forms
-// stops the servers started so far.
+// stops the servers started so far; a failure exits the program
+// (stops.Fatal).
 func StartCluster(stops *Stops, masters int) ([]string, func()) {
 	var addrs []string
 	var started []func()
@@ -206,14 +214,12 @@ func StartCluster(stops *Stops, masters int) ([]string, func()) {
 		}
 	}
 	for range masters {
-		addr, stopOne, err := startServer(FreePort(), "floodgate-cluster",
+		addr, stopOne, err := startServer(stops, FreePort(stops), "floodgate-cluster",
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 		if err != nil {
-			stop()
-			log.Fatal(err)
+			stops.Fatal(err)
 		}
 		started = append(started, stopOne)
-		stops.Add(stopOne)
 		addrs = append(addrs, addr)
 	}
 	ctx := context.Background()
@@ -226,14 +232,12 @@ func StartCluster(stops *Stops, masters int) ([]string, func()) {
 		if i > 0 {
 			host, port, _ := strings.Cut(addrs[0], ":")
 			if err := c.ClusterMeet(ctx, host, port).Err(); err != nil {
-				stop()
-				log.Fatal(err)
+				stops.Fatal(err)
 			}
 		}
 		lo, hi := i*16384/masters, (i+1)*16384/masters-1
 		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
-			stop()
-			log.Fatal(err)
+			stops.Fatal(err)
 		}
 	}
 	for _, c := range clients {
@@ -245,8 +249,7 @@ func StartCluster(stops *Stops, masters int) ([]string, func()) {
 			}
 		}
 		if !ok {
-			stop()
-			log.Fatal("the cluster did not come up within 15s")
+			stops.Fatal("the cluster did not come up within 15s")
 		}
 	}
 	return addrs, stop
@@ -281,6 +284,14 @@ func (s *Stops) Run() {
 	for i := len(s.fs) - 1; i >= 0; i-- {
 		s.fs[i]()
 	}
+}
+
+// Fatal runs the stops, then logs v and exits the program with status 1,
+// as log.Fatal does. It may be called from any goroutine; log.Fatal
+// itself would leave what the program started running.
+func (s *Stops) Fatal(v ...any) {
+	s.Run()
+	log.Fatal(v...)
 }
 
 // OnSignal makes SIGINT and SIGTERM run the stops and exit the program
