@@ -266,11 +266,18 @@ type Stops struct {
 	ended bool
 }
 
-// Add adds f to the stops.
+// Add adds f to the stops. Once they have run, it runs f at once: a
+// server that starts while a signal stops the others (on another
+// goroutine) is stopped too, not left behind.
 func (s *Stops) Add(f func()) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if s.ended {
+		s.mu.Unlock()
+		f()
+		return
+	}
 	s.fs = append(s.fs, f)
+	s.mu.Unlock()
 }
 
 // Run runs the stops, the latest first; only its first call does.
