@@ -23,13 +23,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,18 +87,7 @@ func main() {
 	}
 
 	// What this program starts is stopped on every way out: the end of
-	// main, a failure (fail panics, so that the deferred stops run, and
-	// the recover below exits), and SIGINT or SIGTERM.
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(failure)
-			if !ok {
-				panic(r)
-			}
-			log.Fatal(f.err)
-		}
-	}()
-	var stops procs.Stops
+	// main, a failure (see stops), and SIGINT or SIGTERM.
 	defer stops.Run()
 	stops.OnSignal()
 
@@ -119,8 +108,7 @@ func main() {
 	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort)
 	check(err)
 	stops.Add(peer.Stop)
-	fgAddr, fgPID, stopFG := startFloodgate(dir, redisAddr)
-	stops.Add(stopFG)
+	fgAddr, fgPID := startFloodgate(dir, redisAddr)
 	redisPID := procs.RedisPID(&stops, redisAddr)
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians\n\n",
@@ -166,12 +154,13 @@ func main() {
 	}
 }
 
-// failure is what fail panics with: main's deferred stops run, then it
-// exits with the error. (log.Fatal would skip them and leave the
-// processes this program started running.)
-type failure struct{ err error }
+// stops holds what this program started (see procs.Stops): main stops
+// it at its end, OnSignal on SIGINT or SIGTERM, and fail on a failure,
+// from any goroutine (log.Fatal would leave the processes running).
+var stops procs.Stops
 
-func fail(err error) { panic(failure{err}) }
+// fail stops what the program started and exits with err.
+func fail(err error) { stops.Fatal(err) }
 
 // check fails on a non-nil err.
 func check(err error) {
@@ -180,21 +169,35 @@ func check(err error) {
 	}
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort is procs.FreePort for this program's stops.
+func freePort() int { return procs.FreePort(&stops) }
 
 // startFloodgate builds floodgate and runs floodgate serve --grpc on
-// redisAddr with the domain file, and waits until it answers.
-func startFloodgate(dir, redisAddr string) (string, int, func()) {
+// redisAddr with the domain file, adds its stop to stops as soon as it
+// starts, waits until it answers, and returns its address and process ID.
+func startFloodgate(dir, redisAddr string) (string, int) {
 	bin := filepath.Join(dir, "floodgate")
+	// The build's processes (go, and the compiler and linker it runs) are
+	// a group of their own, which a signal stops: left running, the
+	// linker wrote the binary into dir after the stops had removed it.
 	build := exec.Command("go", "build", "-o", bin, "./cmd/floodgate")
 	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		fail(fmt.Errorf("building floodgate: %v\n%s", err, out))
+	build.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out bytes.Buffer
+	build.Stdout, build.Stderr = &out, &out
+	check(build.Start())
+	built := make(chan struct{})
+	stops.Add(func() {
+		select {
+		case <-built:
+		default:
+			syscall.Kill(-build.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	err := build.Wait()
+	close(built)
+	if err != nil {
+		fail(fmt.Errorf("building floodgate: %v\n%s", err, out.Bytes()))
 	}
 	cfg := filepath.Join(dir, "floodgate-config")
 	check(os.MkdirAll(cfg, 0o755))
@@ -205,18 +208,17 @@ func startFloodgate(dir, redisAddr string) (string, int, func()) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())
-	stop := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }
+	stops.Add(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 	for i := 0; ; i++ {
 		if r := runGRPC(addr, 1, 1, 10*time.Millisecond); r.rate > 0 {
 			break
 		}
 		if i == 100 {
-			stop()
 			fail(errors.New("floodgate serve did not answer within 5s"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return addr, cmd.Process.Pid, stop
+	return addr, cmd.Process.Pid
 }
 
 type result struct {
