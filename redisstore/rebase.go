@@ -40,7 +40,10 @@ func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (in
 		if p.specs[i].Calendar != 0 {
 			// Calendar windows keep their count; encodeOverride cannot
 			// write them, so the scope's record goes.
-			return 0, s.wrap(ctx, s.client.Del(ctx, s.rebaseKey(scope)).Err())
+			if err := s.client.Del(ctx, s.rebaseKey(scope)).Err(); err != nil {
+				return 0, s.wrap(ctx, err)
+			}
+			return 0, nil
 		}
 	}
 	old, err := s.client.SetArgs(ctx, s.rebaseKey(scope), encodeOverride(p.specs), redis.SetArgs{Get: true}).Result()

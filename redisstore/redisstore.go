@@ -752,8 +752,12 @@ func (p *policy) Reset(ctx context.Context, key string) error {
 
 // wrap turns a Redis error into floodgate's: the caller's own cancellation
 // or deadline comes back as the context's error, everything else wraps
-// floodgate.ErrStore.
+// floodgate.ErrStore. A nil err is nil, so that a success passed by
+// mistake is not turned into an error, or a crash.
 func (s *Store) wrap(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return ctxErr
 	}

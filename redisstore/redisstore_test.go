@@ -75,6 +75,17 @@ func TestConformanceBatchOptions(t *testing.T) {
 	})
 }
 
+// floodgate serve puts a fallback store in front of Redis: the pair
+// passes the suite as Redis alone does (Rebase on a calendar window
+// crashed serve there).
+func TestConformanceFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	newStore := factory(srv.Client(t))
+	storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+		return fallback.New(newStore(t, clock), &fallback.Options{Clock: clock, Budget: -1, Logger: slog.New(slog.DiscardHandler)})
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	client := cluster.Client(t)

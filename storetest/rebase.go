@@ -26,6 +26,8 @@ func rebaseCases() []rebaseCase {
 		{"fixed-window", floodgate.FixedWindow(100, time.Minute), floodgate.FixedWindow(200, time.Minute)},
 		{"sliding-window", floodgate.SlidingWindow(100, time.Minute), floodgate.SlidingWindow(200, time.Minute)},
 		{"sliding-log", floodgate.SlidingLog(100, time.Minute), floodgate.SlidingLog(200, time.Minute)},
+		{"leaky-bucket", floodgate.LeakyBucket(100, 100, time.Minute), floodgate.LeakyBucket(200, 200, time.Minute)},
+		{"gcra", floodgate.GCRA(99, 100, time.Minute), floodgate.GCRA(199, 200, time.Minute)},
 		// Another algorithm starts afresh, then keeps what the strategy
 		// says of the old limit's 40 left.
 		{"window-to-bucket", floodgate.FixedWindow(100, time.Minute), floodgate.TokenBucket(200, time.Minute, 200)},
@@ -34,7 +36,8 @@ func rebaseCases() []rebaseCase {
 
 // runRebase checks Limiter.Rebase: the four strategies on every
 // algorithm, keys outside the scope and overridden keys left alone, each
-// key carried once however often Rebase is called, and going back.
+// key carried once however often Rebase is called, and going back; and
+// calendar windows, which Rebase leaves alone (see runRebaseCalendar).
 func runRebase(t *testing.T, newStore NewStore) {
 	want := map[floodgate.Strategy]int64{floodgate.Proportional: 80, floodgate.AsIs: 40, floodgate.Additive: 140, floodgate.ResetUsage: 200}
 	for _, tc := range rebaseCases() {
@@ -112,6 +115,7 @@ func runRebase(t *testing.T, newStore NewStore) {
 			})
 		}
 	}
+	t.Run("calendar", func(t *testing.T) { runRebaseCalendar(t, newStore) })
 	t.Run("errors", func(t *testing.T) {
 		st := newStore(t, NewClock(Base))
 		t.Cleanup(func() { st.Close() })
@@ -127,4 +131,76 @@ func runRebase(t *testing.T, newStore NewStore) {
 			t.Errorf("Rebase with an unknown strategy: %v, want ErrInvalidLimit", err)
 		}
 	})
+}
+
+// runRebaseCalendar checks Rebase when the old or the new limits have a
+// calendar window, which keeps its count: Rebase records the new limits,
+// carries nothing and fails nothing, whatever the strategy, and a key
+// reads its state under the new limits as it stands (60 of the old
+// limit's 100 used).
+func runRebaseCalendar(t *testing.T, newStore NewStore) {
+	// A zone an hour east of UTC, so that the day does not start at
+	// Base's midnight UTC.
+	zone := time.FixedZone("UTC+1", 3600)
+	tests := []struct {
+		name     string
+		old, new floodgate.Limit
+		left     int64 // r:a's remaining of 200 under the new limits
+	}{
+		{"calendar-day", floodgate.CalendarWindow(100, floodgate.Day, zone), floodgate.CalendarWindow(200, floodgate.Day, zone), 140},
+		{"calendar-week", floodgate.CalendarWindow(100, floodgate.Week, nil), floodgate.CalendarWindow(200, floodgate.Week, nil), 140},
+		{"calendar-month", floodgate.CalendarWindow(100, floodgate.Month, zone), floodgate.CalendarWindow(200, floodgate.Month, zone), 140},
+		// Another algorithm has its own state, which starts full.
+		{"calendar-to-bucket", floodgate.CalendarWindow(100, floodgate.Day, zone), floodgate.TokenBucket(200, time.Minute, 200), 200},
+		{"bucket-to-calendar", floodgate.TokenBucket(100, time.Minute, 100), floodgate.CalendarWindow(200, floodgate.Day, zone), 200},
+	}
+	for _, tc := range tests {
+		for _, strategy := range []floodgate.Strategy{floodgate.Proportional, floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
+			t.Run(tc.name+"/"+strategy.String(), func(t *testing.T) {
+				t.Parallel()
+				clock := NewClock(Base)
+				st := newStore(t, clock)
+				t.Cleanup(func() { st.Close() })
+				ctx := context.Background()
+				opts := &floodgate.Options{Clock: clock}
+				old, err := floodgate.NewLimiter(st, []floodgate.Limit{tc.old}, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, err := old.Rebase(ctx, "r:", strategy); n != 0 || err != nil {
+					t.Fatalf("first Rebase = %d, %v; want 0, nil", n, err)
+				}
+				if r, err := old.AllowN(ctx, "r:a", 60); !r.Allowed || err != nil {
+					t.Fatalf("AllowN(r:a, 60) = %+v, %v", r, err)
+				}
+				repl, err := floodgate.NewLimiter(st, []floodgate.Limit{tc.new}, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 2 {
+					if n, err := repl.Rebase(ctx, "r:", strategy); n != 0 || err != nil {
+						t.Fatalf("Rebase %d to the new limits = %d, %v; want 0, nil", i+1, n, err)
+					}
+				}
+				if r, err := repl.Peek(ctx, "r:a"); err != nil || r.Remaining != tc.left || r.Quota != 200 {
+					t.Fatalf("after Rebase r:a = %+v, %v; want %d of 200 left", r, err, tc.left)
+				}
+				if r, err := repl.AllowN(ctx, "r:a", 1); err != nil || !r.Allowed || r.Remaining != tc.left-1 {
+					t.Fatalf("AllowN(r:a, 1) on the new limits = %+v, %v; want %d left", r, err, tc.left-1)
+				}
+				if n, err := old.Rebase(ctx, "r:", floodgate.AsIs); n != 0 || err != nil {
+					t.Fatalf("Rebase back = %d, %v; want 0, nil", n, err)
+				}
+				// Back on the old calendar window, r:a has its count, with
+				// the unit just taken. (Across algorithms, whether a store
+				// keeps a key's state under the other algorithm is its own.)
+				if tc.left != 140 {
+					return
+				}
+				if r, err := old.Peek(ctx, "r:a"); err != nil || r.Remaining != 39 {
+					t.Fatalf("back on the old limits r:a = %+v, %v; want 39 left", r, err)
+				}
+			})
+		}
+	}
 }
