@@ -24,6 +24,10 @@ func (a *api) envoyJSON(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
+	if err := checkUTF8(body); err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	var req rls.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		problem(w, http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())

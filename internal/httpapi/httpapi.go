@@ -12,10 +12,13 @@
 // was wrong, 503 that the store failed. Errors are application/problem+json.
 // POST bodies must be application/json (415 otherwise, so that a web page
 // cannot post to the API as a form); a wrong method gets 405 with Allow; a
-// body that does not arrive in time gets 408.
+// body that does not arrive in time gets 408. Every JSON body, /json's and
+// overrides' too, must be UTF-8 text: one with bytes that are not UTF-8,
+// or an escaped lone surrogate, gets 400 rather than keys read as U+FFFD.
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -27,6 +30,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -353,27 +357,14 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		problem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent as Content-Type: application/json")
 		return false
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
+	body, ok := readBody(w, r, MaxBody)
+	if !ok {
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		var syntax *json.SyntaxError
-		var field *json.UnmarshalTypeError
-		var timeout interface{ Timeout() bool }
-		switch {
-		case errors.As(err, &tooBig):
-			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBody))
-		case errors.As(err, &timeout) && timeout.Timeout():
-			w.Header().Set("Connection", "close")
-			problem(w, http.StatusRequestTimeout, "the request body did not arrive in time")
-		case errors.As(err, &syntax), errors.As(err, &field), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
-			strings.HasPrefix(err.Error(), "json: "):
-			problem(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		default:
-			// A failure to read the body: its text names the connection's
-			// addresses, which are not the client's business.
-			problem(w, http.StatusBadRequest, "the request body could not be read")
-		}
+		problem(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
 		return false
 	}
 	if dec.More() {
@@ -381,6 +372,97 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	return true
+}
+
+// readBody reads a body of at most max bytes that is UTF-8 text (see
+// checkUTF8), answering 4xx itself on error.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		var timeout interface{ Timeout() bool }
+		switch {
+		case errors.As(err, &tooBig):
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", max))
+		case errors.As(err, &timeout) && timeout.Timeout():
+			w.Header().Set("Connection", "close")
+			problem(w, http.StatusRequestTimeout, "the request body did not arrive in time")
+		default:
+			// A failure to read the body: its text names the connection's
+			// addresses, which are not the client's business.
+			problem(w, http.StatusBadRequest, "the request body could not be read")
+		}
+		return nil, false
+	}
+	if err := checkUTF8(body); err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// checkUTF8 refuses a JSON body that is not UTF-8 text: one with bytes
+// that are not UTF-8, or that escapes half a UTF-16 surrogate pair
+// ("\ud800"). encoding/json reads either as U+FFFD, so that keys which
+// differ ("x\xffy", "x\xfey", "x\ufffdy") would share one bucket.
+func checkUTF8(body []byte) error {
+	if !utf8.Valid(body) {
+		at := 0
+		for at < len(body) {
+			r, n := utf8.DecodeRune(body[at:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			at += n
+		}
+		return fmt.Errorf("the body is not valid UTF-8 (byte %d): JSON text must be UTF-8, so keys are UTF-8 text; binary keys can be sent over the Redis protocol", at)
+	}
+	// A backslash is only valid in a string, where it starts an escape:
+	// skipping each escape whole keeps "\\u" from being read as "\u".
+	for i := 0; i+1 < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		if body[i+1] != 'u' {
+			i++
+			continue
+		}
+		hi, ok := hex4(body[i+2:])
+		switch {
+		case !ok || hi < 0xd800 || hi > 0xdfff:
+		case hi <= 0xdbff && len(body) >= i+12 && body[i+6] == '\\' && body[i+7] == 'u':
+			if lo, ok := hex4(body[i+8:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
+				i += 6 // a pair: one character
+				break
+			}
+			fallthrough
+		default:
+			return fmt.Errorf("the body is not valid UTF-8 text: %s at byte %d is half a UTF-16 surrogate pair, not a character", body[i:i+6], i)
+		}
+		i += 5
+	}
+	return nil
+}
+
+// hex4 reads the four hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

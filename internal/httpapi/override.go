@@ -56,6 +56,10 @@ func (a *api) putOverride(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "the request body could not be read")
 		return
 	}
+	if err := checkUTF8(body); err != nil {
+		problem(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	o, err := config.ParseOverride("body", body)
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error())
