@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
@@ -86,6 +87,13 @@ Flags:
 
 // checkRemote asks a running floodgate serve, and returns its JSON answer.
 func checkRemote(ctx context.Context, server, token string, req httpapi.CheckRequest) ([]byte, bool, error) {
+	// json.Marshal would send U+FFFD for each bad byte, and the key
+	// would share a bucket with others; the server refuses such bodies.
+	for name, v := range map[string]string{"RULE": req.Rule, "KEY": req.Key} {
+		if !utf8.ValidString(v) {
+			return nil, false, fmt.Errorf("%s %q is not valid UTF-8, which the HTTP API requires; without --server, keys are any bytes", name, v)
+		}
+	}
 	body, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(server, "/")+"/v1/check", bytes.NewReader(body))
 	if err != nil {
