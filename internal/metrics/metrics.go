@@ -138,6 +138,38 @@ func (m *funcMetric) write(w io.Writer) {
 	fmt.Fprintf(w, "%s %s\n", m.name, formatFloat(m.f()))
 }
 
+// Labeled is one series of a GaugeVecFunc: its label values, in the order
+// of the labels, and its value.
+type Labeled struct {
+	Values []string
+	Value  float64
+}
+
+// gaugeVecFunc is a gauge with labels whose series are read when the
+// metrics are written.
+type gaugeVecFunc struct {
+	name, help string
+	labels     []string
+	f          func() []Labeled
+}
+
+// NewGaugeVecFunc registers a gauge with the given label names that calls
+// f for its series, written in the order of their label values.
+func (r *Registry) NewGaugeVecFunc(name, help string, labels []string, f func() []Labeled) {
+	r.add(&gaugeVecFunc{name: name, help: help, labels: labels, f: f})
+}
+
+func (g *gaugeVecFunc) write(w io.Writer) {
+	header(w, g.name, g.help, "gauge")
+	series := g.f()
+	sort.Slice(series, func(i, j int) bool {
+		return strings.Join(series[i].Values, "\x00") < strings.Join(series[j].Values, "\x00")
+	})
+	for _, s := range series {
+		fmt.Fprintf(w, "%s%s %s\n", g.name, labelString(g.labels, s.Values), formatFloat(s.Value))
+	}
+}
+
 // Histogram counts observations in cumulative buckets.
 type Histogram struct {
 	name, help string

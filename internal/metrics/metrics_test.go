@@ -12,6 +12,9 @@ func TestWrite(t *testing.T) {
 	c.Add(1, `q"uote`, "denied")
 	r.NewGaugeFunc("g", "A gauge.", func() float64 { return 0.5 })
 	r.NewCounterFunc("n_total", "A counter.", func() uint64 { return 7 })
+	r.NewGaugeVecFunc("p_info", "Labeled.", []string{"policy"}, func() []Labeled {
+		return []Labeled{{[]string{"b"}, 2}, {[]string{"a"}, 1}}
+	})
 	h := r.NewHistogram("lat_seconds", "Latency.", []float64{0.001, 0.01})
 	h.Observe(0.0005)
 	h.Observe(0.001)
@@ -28,6 +31,10 @@ g 0.5
 # HELP n_total A counter.
 # TYPE n_total counter
 n_total 7
+# HELP p_info Labeled.
+# TYPE p_info gauge
+p_info{policy="a"} 1
+p_info{policy="b"} 2
 # HELP lat_seconds Latency.
 # TYPE lat_seconds histogram
 lat_seconds_bucket{le="0.001"} 2
