@@ -142,6 +142,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	until("the inspected key", `document.getElementById("inspect-out").textContent.includes("of 20")`)
+	until("Redis's policy", `document.getElementById("redis-policy").textContent === "noeviction" && document.getElementById("redis-warning").hidden`)
 	shot("dashboard.png")
 
 	// Redis goes away: decisions fail over to the local limiter, and the

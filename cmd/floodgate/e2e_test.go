@@ -885,3 +885,37 @@ func TestEnvoyService(t *testing.T) {
 		t.Errorf("MERGE_DOMAIN_CONFIG=true with a descriptor twice: %v\n%s", err, out)
 	}
 }
+
+// TestRedisMonitor: serve warns on a maxmemory-policy that evicts limits,
+// and counts a restart of a redis-server without persistence, after which
+// an exhausted key has its quota back.
+func TestRedisMonitor(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "volatile-ttl")
+	in := serve(t, "--redis", "redis://"+srv.Addr, "--redis-monitor", "50ms")
+	waitFor(t, "a warning on volatile-ttl", func() bool {
+		return strings.Contains(in.stderr.String(), "maxmemory-policy evicts limits' keys") && strings.Contains(in.stderr.String(), "maxmemory_policy=volatile-ttl")
+	})
+	m := in.metrics(t)
+	for _, want := range []string{`floodgate_redis_maxmemory_policy_info{policy="volatile-ttl"} 1`, "floodgate_redis_restarts_total 0", "floodgate_redis_evicted_keys_total 0"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if code, body := in.post(t, "/v1/check", `{"rule":"example","key":"k","cost":20}`); code != 200 || body["allowed"] != true {
+		t.Fatalf("first check: %d %v", code, body)
+	}
+	if _, body := in.post(t, "/v1/check", `{"rule":"example","key":"k"}`); body["allowed"] != false {
+		t.Fatalf("the exhausted key: %v", body)
+	}
+	srv.Restart(t)
+	waitFor(t, "the restart counted", func() bool { return strings.Contains(in.metrics(t), "floodgate_redis_restarts_total 1") })
+	if _, body := in.get(t, "/v1/dashboard"); fmt.Sprint(body["store"].(map[string]any)["redis"]) != "map[evicted_keys:0 evicts:true maxmemory_policies:[volatile-ttl] restarts:1]" {
+		t.Errorf("dashboard's redis: %v", body["store"])
+	}
+	waitFor(t, "a warning on the restart", func() bool { return strings.Contains(in.stderr.String(), "the Redis server restarted") })
+	// Without persistence the restart gave the exhausted key its quota
+	// back: what the restart counter is there to show.
+	if _, body := in.post(t, "/v1/check", `{"rule":"example","key":"k"}`); body["allowed"] != true {
+		t.Errorf("after the restart: %v", body)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -21,10 +22,12 @@ import (
 	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/internal/httpapi"
+	"github.com/floodgate/floodgate/internal/metrics"
 	"github.com/floodgate/floodgate/internal/resp"
 	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/internal/service"
 	"github.com/floodgate/floodgate/internal/tlsconf"
+	"github.com/floodgate/floodgate/redisstore"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -308,8 +311,15 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
+	if st.monitor != nil {
+		redisMetrics(svc.Metrics, st.monitor)
+	}
 	if f.ui {
-		board = dash.New(svc, &dash.Options{Store: st.desc, Step: f.uiStep})
+		o := &dash.Options{Store: st.desc, Step: f.uiStep}
+		if st.monitor != nil {
+			o.Redis = func() dash.Redis { return dashRedis(st.monitor.Status()) }
+		}
+		board = dash.New(svc, o)
 		defer board.Close()
 	}
 	if st.fallback != nil {
@@ -318,6 +328,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// decisions.
 		ctx, cancel := context.WithTimeout(ctx, max(f.store.budget, time.Second))
 		st.fallback.Probe(ctx)
+		cancel()
+	}
+	if st.monitor != nil {
+		// Its first reading logs a policy that evicts limits before
+		// anything is served.
+		ctx, cancel := context.WithTimeout(ctx, max(f.store.budget, time.Second))
+		st.monitor.Start(ctx)
 		cancel()
 	}
 	srv, err := listen(f, svc, board, log)
@@ -455,6 +472,34 @@ func watchFile(path string, last fileStamp, interval time.Duration, stop <-chan 
 			changed()
 		}
 	}
+}
+
+// redisMetrics registers the Redis servers' eviction policy, evictions and
+// restarts, as the monitor last read them, with m.
+func redisMetrics(m *metrics.Registry, mon *redisstore.Monitor) {
+	m.NewGaugeVecFunc("floodgate_redis_maxmemory_policy_info", "Redis masters by maxmemory-policy (unknown: not readable); every policy but noeviction evicts limits' keys, and an evicted key is a full limit.",
+		[]string{"policy"}, func() []metrics.Labeled {
+			var out []metrics.Labeled
+			for p, n := range mon.Status().Policies {
+				out = append(out, metrics.Labeled{Values: []string{p}, Value: float64(n)})
+			}
+			return out
+		})
+	m.NewCounterFunc("floodgate_redis_evicted_keys_total", "Keys the Redis masters evicted (all keys, not only floodgate's), summed over their restarts, as last read.", func() uint64 { return mon.Status().EvictedKeys })
+	m.NewCounterFunc("floodgate_redis_restarts_total", "Times a Redis master's run_id changed: a restart (which loses every limit without persistence) or a failover.", func() uint64 { return mon.Status().Restarts })
+}
+
+// dashRedis is what the dashboard shows of a monitor's status.
+func dashRedis(st redisstore.ServerStatus) dash.Redis {
+	r := dash.Redis{EvictedKeys: st.EvictedKeys, Restarts: st.Restarts}
+	for p := range st.Policies {
+		r.Policies = append(r.Policies, p)
+		if redisstore.EvictsLimits(p) {
+			r.Evicts = true
+		}
+	}
+	slices.Sort(r.Policies)
+	return r
 }
 
 // grpcWorkers is how many goroutines serve gRPC streams; a stream that

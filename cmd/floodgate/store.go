@@ -27,6 +27,9 @@ type storeFlags struct {
 	maxBytes  string
 	// denialCache is the Redis store's DenialCache.
 	denialCache bool
+	// monitor is how often the Redis servers' eviction policy, evictions
+	// and restarts are read; 0 never.
+	monitor time.Duration
 }
 
 func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
@@ -37,6 +40,7 @@ func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
 	fs.Int64Var(&s.instances, "instances", e.int("FLOODGATE_INSTANCES", 1), "how many floodgate instances share Redis; each one's local fallback gets 1/instances of each limit ($FLOODGATE_INSTANCES)")
 	fs.DurationVar(&s.budget, "budget", e.duration("FLOODGATE_BUDGET", 50*time.Millisecond), "longest wait for Redis per decision before the fallback answers ($FLOODGATE_BUDGET)")
 	fs.BoolVar(&s.denialCache, "denial-cache", e.bool("FLOODGATE_DENIAL_CACHE", false), "with Redis, answer a request that Redis denied a moment ago (same key, limits and cost) locally until its retry-after, exactly as Redis would, floodgate's and Envoy's requests alike ($FLOODGATE_DENIAL_CACHE)")
+	fs.DurationVar(&s.monitor, "redis-monitor", e.duration("FLOODGATE_REDIS_MONITOR", 30*time.Second), "how often to read each Redis master's maxmemory-policy, evicted keys and run_id, for the metrics, the dashboard and a warning on a policy that evicts limits or a restart; 0 never ($FLOODGATE_REDIS_MONITOR)")
 	fs.Int64Var(&s.maxKeys, "memory-max-keys", e.int("FLOODGATE_MEMORY_MAX_KEYS", 1<<20), "most keys the embedded store (or the local fallback) holds ($FLOODGATE_MEMORY_MAX_KEYS)")
 	fs.StringVar(&s.maxBytes, "memory-max-bytes", e.str("FLOODGATE_MEMORY_MAX_BYTES", "192MiB"), "most memory the embedded store's (or the local fallback's) keys take: bytes, or with KiB, MiB or GiB ($FLOODGATE_MEMORY_MAX_BYTES)")
 }
@@ -105,6 +109,7 @@ type opened struct {
 	store    floodgate.Store
 	fallback *fallback.Store        // nil without Redis
 	memory   *floodgate.MemoryStore // the embedded store, or Redis's local fallback; nil for the others
+	monitor  *redisstore.Monitor    // nil without Redis or with --redis-monitor 0
 	desc     string
 	close    func()
 }
@@ -140,13 +145,27 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	if mem != nil {
 		o.Local = mem
 	}
+	if f.monitor < 0 {
+		client.Close()
+		if mem != nil {
+			mem.Close()
+		}
+		return nil, fmt.Errorf("--redis-monitor ($FLOODGATE_REDIS_MONITOR) must not be negative, got %s", f.monitor)
+	}
 	fb := fallback.New(rs, o)
 	desc += fmt.Sprintf(" (fallback %s, %d instances, budget %s", policy, f.instances, f.budget)
 	if f.denialCache {
 		desc += ", denial cache"
 	}
 	desc += ")"
-	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, close: func() {
+	var mon *redisstore.Monitor
+	if f.monitor > 0 {
+		mon = redisstore.NewMonitor(client, &redisstore.MonitorOptions{Interval: f.monitor, Logger: log})
+	}
+	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, monitor: mon, close: func() {
+		if mon != nil {
+			mon.Close()
+		}
 		fb.Close()
 		rs.Close()
 		client.Close()

@@ -41,6 +41,24 @@ type Options struct {
 	// TopCounters is the size of the top-keys sketch: the most (rule, key)
 	// pairs it counts, whatever the traffic. Default: 1,024.
 	TopCounters int
+	// Redis, when set, returns what is known of the Redis servers, read
+	// when the page asks. Default: nil, the page shows no Redis servers.
+	Redis func() Redis
+}
+
+// Redis is what the page shows of the Redis servers: what gives limits
+// back without an error.
+type Redis struct {
+	// Policies are the masters' maxmemory-policy values, sorted
+	// ("unknown" for one that could not be read).
+	Policies []string `json:"maxmemory_policies"`
+	// Evicts is set when a policy evicts limits' keys.
+	Evicts bool `json:"evicts"`
+	// EvictedKeys is the keys the masters evicted, all of them, not only
+	// floodgate's.
+	EvictedKeys uint64 `json:"evicted_keys"`
+	// Restarts counts the masters' restarts (run_id changes) seen.
+	Restarts uint64 `json:"restarts"`
 }
 
 // Dashboard collects what the page shows. Make one with New; Close stops
@@ -245,6 +263,9 @@ type Store struct {
 	P99    []float32 `json:"latency_p99_ms"`
 	Mean   []float32 `json:"latency_mean_ms"`
 	Events []Event   `json:"events"` // switches to and from the fallback
+	// Redis is the Redis servers' eviction policy, evictions and
+	// restarts; nil without Redis.
+	Redis *Redis `json:"redis,omitempty"`
 }
 
 // Rule describes a rule.
@@ -273,6 +294,10 @@ func (d *Dashboard) Snapshot() Snapshot {
 	}
 	if fb := d.svc.Fallback(); fb != nil {
 		s.Store.State = fb.State().String()
+	}
+	if d.o.Redis != nil {
+		r := d.o.Redis()
+		s.Store.Redis = &r
 	}
 	top, topErr := d.top.Top(10)
 	d.mu.Lock()

@@ -2,6 +2,7 @@ package dash
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -81,5 +82,31 @@ func TestQuantile(t *testing.T) {
 		if got := quantile(bounds, tt.counts, total, tt.q); got != tt.want {
 			t.Errorf("quantile(%v, %v) = %v, want %v", tt.counts, tt.q, got, tt.want)
 		}
+	}
+}
+
+// The snapshot carries the Redis servers' status only when Options.Redis
+// gives it.
+func TestSnapshotRedis(t *testing.T) {
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+	defer st.Close()
+	svc, err := service.New(st, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		redis func() Redis
+		want  string
+	}{
+		{nil, "<nil>"},
+		{func() Redis {
+			return Redis{Policies: []string{"allkeys-lru"}, Evicts: true, EvictedKeys: 3, Restarts: 1}
+		}, "&{[allkeys-lru] true 3 1}"},
+	} {
+		d := New(svc, &Options{Step: time.Hour, Redis: tc.redis})
+		if got := fmt.Sprint(d.Snapshot().Store.Redis); got != tc.want {
+			t.Errorf("redis %s, want %s", got, tc.want)
+		}
+		d.Close()
 	}
 }

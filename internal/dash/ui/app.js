@@ -127,6 +127,14 @@ function drawStore(s) {
     ul.appendChild(li);
   }
   if (!evs.length) ul.appendChild(text(Object.assign(document.createElement("li"), { className: "muted" }), "none"));
+  const r = s.store.redis;
+  $("redis").hidden = !r;
+  if (r) {
+    text($("redis-policy"), r.maxmemory_policies.join(", ") || "unknown").dataset.evicts = String(r.evicts);
+    text($("redis-evicted"), String(r.evicted_keys));
+    text($("redis-restarts"), String(r.restarts));
+    $("redis-warning").hidden = !r.evicts;
+  }
 }
 
 function drawTop(s) {
