@@ -241,7 +241,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	p := &parser{file: file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, Errors{{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return nil, Errors{syntaxError(file, data, err)}
 	}
 	c := &Config{byName: map[string]int{}, Source: file}
 	if len(doc.Content) == 0 {

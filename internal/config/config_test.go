@@ -90,7 +90,7 @@ func TestErrors(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"empty", "", "f.yaml: the file is empty"},
-		{"syntax", "rules: [", "f.yaml: "},
+		{"syntax", "rules: [", "f.yaml:1:8: did not find expected node content"},
 		{"no rules", "other: 1\n", "f.yaml:1:1: other: unknown top-level field"},
 		{"not a list", "rules: 3\n", "f.yaml:1:8: rules: must be a list"},
 		{"no name", "rules:\n  - algorithm: gcra\n", "f.yaml:2:5: rules[0].name: missing"},

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -29,7 +28,7 @@ func ParseOverride(file string, data []byte) (Override, error) {
 	p := &parser{file: file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Override{}, Errors{{File: file, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return Override{}, Errors{syntaxError(file, data, err)}
 	}
 	if len(doc.Content) == 0 {
 		return Override{}, Errors{{File: file, Msg: "empty: an override needs a limit (algorithm, ...) or a limits list"}}
