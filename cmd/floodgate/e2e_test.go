@@ -458,16 +458,32 @@ func TestReload(t *testing.T) {
 	waitFor(t, "the reload", func() bool { return names() == "[api added]" })
 }
 
+// TestReloadOnChange: --watch reloads a file edited in place that keeps
+// its rules, and one published by an atomic rename that drops one.
 func TestReloadOnChange(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "rules.yaml")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
 	writeFile(t, path, rulesV1)
 	in := serve(t, "--config", path, "--watch", "50ms")
-	writeFile(t, path, rulesV2+"# changed\n")
-	waitFor(t, "the reload on change", func() bool {
+	names := func() string {
 		_, body := in.get(t, "/v1/rules")
 		rules, _ := body["rules"].([]any)
-		return len(rules) == 2 && rules[1].(map[string]any)["name"] == "added"
-	})
+		var out []string
+		for _, r := range rules {
+			out = append(out, r.(map[string]any)["name"].(string))
+		}
+		return strings.Join(out, " ")
+	}
+	writeFile(t, path, rulesV1+strings.TrimPrefix(rulesV2, "rules:\n  - name: api\n    algorithm: fixed-window\n    limit: 5\n    window: 1h\n"))
+	waitFor(t, "the reload of the file edited in place", func() bool { return names() == "api watch added" })
+	// The atomic way to publish: write a file in the same directory, then
+	// rename it over the rules file.
+	tmp := filepath.Join(dir, ".rules.yaml.tmp")
+	writeFile(t, tmp, rulesV2)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reload of the renamed file", func() bool { return names() == "api added" })
 }
 
 func TestInvalidConfigAtStart(t *testing.T) {

@@ -75,7 +75,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.BoolVar(&f.stopIncrement, "stop-cache-key-increment-when-overlimit", e.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false), "an Envoy request over the limit on any descriptor charges none of them, in one script call on Redis ($STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as envoyproxy/ratelimit names it)")
 	fs.BoolVar(&f.rlsHeaders, "rls-headers", e.bool("LIMIT_RESPONSE_HEADERS_ENABLED", false), "add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to Envoy answers ($LIMIT_RESPONSE_HEADERS_ENABLED, as envoyproxy/ratelimit names it)")
 	fs.StringVar(&f.token, "token", e.str("FLOODGATE_TOKEN", ""), "require this bearer token on the HTTP API, AUTH on the Redis protocol, and authorization metadata on gRPC rate limit calls ($FLOODGATE_TOKEN)")
-	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
+	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; a change is reloaded once the file has stayed the same for this long, and one that drops rules in use only once renamed into place, after 30s unchanged, or at SIGHUP; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
 	fs.BoolVar(&f.ui, "ui", e.bool("FLOODGATE_UI", true), "serve the dashboard at /ui/ on the HTTP listener ($FLOODGATE_UI)")
@@ -283,7 +283,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		defer gcfloor.Start(uint64(floor)).Stop()
 	}
-	mod := stamp(f.config) // before reading, so that no change is missed
+	files, _ := scan(f.config, nil) // before reading, so that no change is missed
 	cfg, err := loadRules(f.config, config.LoadOptions{MergeDomains: f.mergeDomains})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
@@ -352,7 +352,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if s, ok := stdout.(interface{ Sync() error }); ok {
 		s.Sync()
 	}
-	code = serveLoop(ctx, f, svc, srv, mod, log)
+	code = serveLoop(ctx, f, svc, srv, files, log)
 	srv.shutdown()
 	return code
 }
@@ -360,7 +360,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // serveLoop waits for a signal, a failed server or the end of ctx, and reloads
 // the rules on SIGHUP and, with --watch, when the file changes. It returns
 // the exit status.
-func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *server, mod fileStamp, log *slog.Logger) int {
+func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *server, files snapshot, log *slog.Logger) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -379,18 +379,26 @@ func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *se
 		defer watchWG.Done()
 		svc.Rebase(rebaseCtx)
 	}()
+	// With --watch the watcher reloads the rules, on SIGHUP too, so that
+	// it knows which files are in use.
+	var hup chan struct{}
 	if f.config != "" && f.watch > 0 {
+		hup = make(chan struct{}, 1)
+		w := &watcher{path: f.config, settle: f.watch, removeSettle: max(removeSettle, 5*f.watch), log: log,
+			load:    func() (*config.Config, error) { return svc.Load(f.config) },
+			apply:   func(cfg *config.Config, err error) { svc.Apply(f.config, cfg, err) },
+			current: svc.Config, applied: files}
 		watchWG.Add(1)
 		go func() {
 			defer watchWG.Done()
-			watchFile(f.config, mod, f.watch, stopWatch, func() { svc.Reload(f.config) })
+			w.run(f.watch, stopWatch, hup)
 		}()
 	}
 	for {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				reload(f, svc, srv, log)
+				reload(f, svc, srv, hup, log)
 				continue
 			}
 			log.Info("floodgate: shutting down", "signal", sig.String())
@@ -404,14 +412,26 @@ func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *se
 	}
 }
 
-// reload reloads, on SIGHUP, the rules file and the TLS certificates; a
-// file that fails to load is logged and what was loaded stays in use.
-func reload(f *serveFlags, svc *service.Service, srv *server, log *slog.Logger) {
+// removeSettle is how long a rules file that --watch sees drop rules in
+// use, written in place, must stay the same before it is reloaded: longer
+// than any writer stalls mid-file.
+const removeSettle = 30 * time.Second
+
+// reload reloads, on SIGHUP, the rules file (through the watcher's hup
+// when it watches) and the TLS certificates; a file that fails to load
+// is logged and what was loaded stays in use.
+func reload(f *serveFlags, svc *service.Service, srv *server, hup chan struct{}, log *slog.Logger) {
 	if f.config == "" && srv.tls == nil {
 		log.Info("floodgate: SIGHUP without --config or TLS: nothing to reload")
 		return
 	}
-	if f.config != "" {
+	switch {
+	case f.config != "" && hup != nil:
+		select {
+		case hup <- struct{}{}:
+		default: // a reload is due already
+		}
+	case f.config != "":
 		svc.Reload(f.config)
 	}
 	if srv.tls != nil {
@@ -419,57 +439,6 @@ func reload(f *serveFlags, svc *service.Service, srv *server, log *slog.Logger) 
 			log.Error("floodgate: TLS files invalid; keeping the certificates in use", "error", err.Error())
 		} else {
 			log.Info("floodgate: TLS certificates reloaded")
-		}
-	}
-}
-
-// fileStamp is what watchFile compares: a file's modification time and
-// size.
-type fileStamp struct {
-	mod  time.Time
-	size int64
-}
-
-func stamp(path string) fileStamp {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{size: -1}
-	}
-	if !fi.IsDir() {
-		return fileStamp{fi.ModTime(), fi.Size()}
-	}
-	// A directory of files: the latest change of any of them (or of the
-	// directory, when one comes or goes), and their sizes.
-	st := fileStamp{mod: fi.ModTime()}
-	files, err := config.Files(path)
-	if err != nil {
-		return fileStamp{size: -1}
-	}
-	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil {
-			if fi.ModTime().After(st.mod) {
-				st.mod = fi.ModTime()
-			}
-			st.size = st.size*31 + fi.Size() + 1
-		}
-	}
-	return st
-}
-
-// watchFile calls changed whenever the file's stamp differs from the last
-// one seen (first last), every interval, until stop is closed.
-func watchFile(path string, last fileStamp, interval time.Duration, stop <-chan struct{}, changed func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if now := stamp(path); now.size >= 0 && (now.size != last.size || !now.mod.Equal(last.mod)) {
-			last = now
-			changed()
 		}
 	}
 }

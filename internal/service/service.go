@@ -209,7 +209,18 @@ func (s *Service) Config() *config.Config { return s.rules.Load().cfg }
 // invalid it returns the error, logs it, counts it, and keeps the rules in
 // use.
 func (s *Service) Reload(path string) error {
-	cfg, err := config.LoadWith(path, s.load)
+	cfg, err := s.Load(path)
+	return s.Apply(path, cfg, err)
+}
+
+// Load reads the rules file (or directory) at path as Reload does,
+// without swapping it in.
+func (s *Service) Load(path string) (*config.Config, error) { return config.LoadWith(path, s.load) }
+
+// Apply is the end of Reload: it swaps in cfg, which Load read from path,
+// or, when err is set, logs and counts the failure and keeps the rules in
+// use. It returns err or the failure to prepare cfg.
+func (s *Service) Apply(path string, cfg *config.Config, err error) error {
 	var rs *ruleset
 	if err == nil {
 		rs, err = s.prepare(cfg)
