@@ -77,9 +77,12 @@ type Monitor struct {
 
 // nodeState is what the last reading of one master found.
 type nodeState struct {
-	runID   string
+	runID   string // "" when INFO server was refused
 	evicted uint64 // evicted_keys as it last read
 	policy  string
+	// noEvicted is set when INFO stats was refused: evicted is the last
+	// known value.
+	noEvicted bool
 }
 
 // NewMonitor returns a Monitor of client's servers; Start starts it.
@@ -212,21 +215,26 @@ func (m *Monitor) Poll(ctx context.Context) error {
 // update records a reading of the master at addr; m.mu is held.
 func (m *Monitor) update(addr string, st nodeState) {
 	prev := m.nodes[addr]
-	switch {
-	case prev == nil:
-		m.status.EvictedKeys += st.evicted
-	case st.runID != "" && prev.runID != "" && st.runID != prev.runID:
+	restarted := prev != nil && st.runID != "" && prev.runID != "" && st.runID != prev.runID
+	if restarted {
 		m.status.Restarts++
-		m.status.EvictedKeys += st.evicted // the counter started again
 		m.o.Logger.Warn("redisstore: the Redis server restarted (its run_id changed): unless it persists its data or a replica took over, every limit on it is back to full",
 			"server", nodeName(addr), "run_id", st.runID)
-	case st.evicted >= prev.evicted:
-		m.status.EvictedKeys += st.evicted - prev.evicted
-	default: // the counter went back (CONFIG RESETSTAT)
-		m.status.EvictedKeys += st.evicted
 	}
 	if st.runID == "" && prev != nil {
-		st.runID = prev.runID // INFO refused this time: keep the last known
+		st.runID = prev.runID // INFO server refused this time: the last known
+	}
+	switch {
+	case st.noEvicted: // INFO stats refused: count nothing, keep the last known
+		if prev != nil && !restarted {
+			st.evicted = prev.evicted
+		}
+	case prev == nil || restarted: // the server's count is all new to us
+		m.status.EvictedKeys += st.evicted
+	case st.evicted >= prev.evicted:
+		m.status.EvictedKeys += st.evicted - prev.evicted
+	default: // the count went back (CONFIG RESETSTAT)
+		m.status.EvictedKeys += st.evicted
 	}
 	m.nodes[addr] = &st
 	if EvictsLimits(st.policy) && !m.warned[st.policy] {
@@ -254,27 +262,28 @@ func readNode(ctx context.Context, c redis.Cmdable) (nodeState, error) {
 	} else if !isRefusal(err) {
 		return st, err
 	}
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil && !isRefusal(err) {
-		return st, err
-	}
-	if err == nil {
-		// One INFO with several sections needs Redis 7: ask for each.
-		st.runID = infoField(info, "run_id")
-		for _, sec := range []string{"stats", "memory"} {
-			s, err := c.Info(ctx, sec).Result()
-			if err != nil {
-				if !isRefusal(err) {
-					return st, err
-				}
-				continue
+	// One INFO with several sections needs Redis 7: one call per section.
+	st.noEvicted = true
+	for _, sec := range []string{"server", "stats", "memory"} {
+		info, err := c.Info(ctx, sec).Result()
+		if err != nil {
+			if !isRefusal(err) {
+				return st, err
 			}
-			info += s
+			continue
 		}
-	}
-	st.evicted, _ = strconv.ParseUint(infoField(info, "evicted_keys"), 10, 64)
-	if st.policy == "" {
-		st.policy = infoField(info, "maxmemory_policy")
+		switch sec {
+		case "server":
+			st.runID = infoField(info, "run_id")
+		case "stats":
+			if n, err := strconv.ParseUint(infoField(info, "evicted_keys"), 10, 64); err == nil {
+				st.evicted, st.noEvicted = n, false
+			}
+		case "memory":
+			if st.policy == "" {
+				st.policy = infoField(info, "maxmemory_policy")
+			}
+		}
 	}
 	return st, nil
 }

@@ -77,33 +77,7 @@ func TestMonitorRestart(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer c.Close()
 	m := redisstore.NewMonitor(c, &redisstore.MonitorOptions{Logger: log.logger()})
-	evict := func() int64 {
-		t.Helper()
-		if err := c.ConfigSet(ctx, "maxmemory", "2mb").Err(); err != nil {
-			t.Fatal(err)
-		}
-		pipe := c.Pipeline()
-		for i := range 30000 {
-			pipe.Set(ctx, "k"+strconv.Itoa(i), "0123456789012345678901234567890123456789", 0)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// Redis may go on evicting in the background: stop it.
-		if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-			t.Fatal(err)
-		}
-		n, err := c.InfoMap(ctx, "stats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, _ := strconv.ParseInt(n["Stats"]["evicted_keys"], 10, 64)
-		if e == 0 {
-			t.Fatal("nothing was evicted")
-		}
-		return e
-	}
-	first := evict()
+	first := evictSome(t, c)
 	if err := m.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +94,7 @@ func TestMonitorRestart(t *testing.T) {
 	if log.count("server restarted") != 1 {
 		t.Errorf("want one restart warning:\n%s", log.String())
 	}
-	second := evict() // the counter started again at 0
+	second := evictSome(t, c) // the counter started again at 0
 	if err := m.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -238,5 +212,81 @@ func TestMonitorCluster(t *testing.T) {
 	}
 	if n := log.count("maxmemory-policy evicts"); n != 1 {
 		t.Errorf("%d policy warnings, want 1", n)
+	}
+}
+
+// evictSome fills the server behind c past 2mb of allkeys-lru, and
+// returns its evicted_keys, which no longer grows.
+func evictSome(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.ConfigSet(ctx, "maxmemory", "2mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pipe := c.Pipeline()
+	for i := range 30000 {
+		pipe.Set(ctx, "k"+strconv.Itoa(i), "0123456789012345678901234567890123456789", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Redis may go on evicting in the background: stop it.
+	if err := c.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.InfoMap(ctx, "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := strconv.ParseInt(n["Stats"]["evicted_keys"], 10, 64)
+	if e == 0 {
+		t.Fatal("nothing was evicted")
+	}
+	return e
+}
+
+// TestMonitorRefusedBetweenPolls: evictions read, then refused by an ACL,
+// then read again, are counted once.
+func TestMonitorRefusedBetweenPolls(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	admin := srv.Client(t)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "mon", "on", ">pw", "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "mon", Password: "pw"})
+	defer c.Close()
+	var log logBuf
+	m := redisstore.NewMonitor(c, &redisstore.MonitorOptions{Logger: log.logger()})
+	var evicted int64
+	var known uint64 // what the monitor should have counted
+	for _, step := range []struct {
+		name  string
+		acl   string // a rule for mon before the poll
+		evict bool
+	}{
+		{"read", "", true},
+		{"refused", "-info", false},
+		{"refused, more evicted", "", true},
+		{"read again", "+info", false},
+		{"again", "", false},
+	} {
+		if step.evict {
+			evicted = evictSome(t, admin)
+		}
+		if step.acl != "" {
+			if err := admin.Do(ctx, "ACL", "SETUSER", "mon", step.acl).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.Poll(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if step.acl != "-info" && step.name != "refused, more evicted" {
+			known = uint64(evicted) // read: the server's count
+		}
+		if st := m.Status(); st.EvictedKeys != known || st.Restarts != 0 {
+			t.Errorf("%s: status %+v, want %d evicted", step.name, st, known)
+		}
 	}
 }
