@@ -27,8 +27,10 @@ import (
 // redis-server with maxmemory 2mb. It prints a table of admissions
 // against the exact count (a memory store fed the same requests) and the
 // errors. It is a measurement, not a check: it runs only with
-// FLOODGATE_EVICTION_TABLE=1 (seconds per policy: $FLOODGATE_EVICTION_SECONDS,
-// default 2).
+// FLOODGATE_EVICTION_TABLE=1. $FLOODGATE_EVICTION_SECONDS is the seconds
+// per policy (default 2), $FLOODGATE_EVICTION_REPEAT how many checks each
+// flood key gets (default 1: keys of one request, as a scan makes),
+// $FLOODGATE_EVICTION_POLICIES a comma-separated list of the policies.
 func TestEvictionPolicies(t *testing.T) {
 	if os.Getenv("FLOODGATE_EVICTION_TABLE") != "1" {
 		t.Skip("a measurement: set FLOODGATE_EVICTION_TABLE=1 to run it")
@@ -38,14 +40,22 @@ func TestEvictionPolicies(t *testing.T) {
 		secs, _ = strconv.ParseFloat(s, 64)
 	}
 	run := time.Duration(secs * float64(time.Second))
+	repeat := 1
+	if s := os.Getenv("FLOODGATE_EVICTION_REPEAT"); s != "" {
+		repeat, _ = strconv.Atoi(s)
+		repeat = max(repeat, 1)
+	}
 	policies := []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-ttl", "volatile-random"}
+	if s := os.Getenv("FLOODGATE_EVICTION_POLICIES"); s != "" {
+		policies = strings.Split(s, ",")
+	}
 	var rows []string
 	for _, p := range policies {
 		for _, withFallback := range []bool{false, true} {
 			if withFallback && p != "noeviction" {
 				continue // the fallback answers only on errors: the same as without
 			}
-			r := measureEviction(t, p, run, withFallback)
+			r := measureEviction(t, p, run, repeat, withFallback)
 			name := p
 			if withFallback {
 				name += " +fallback"
@@ -64,7 +74,7 @@ type evictionResult struct {
 	evicted                          int64
 }
 
-func measureEviction(t *testing.T, policy string, run time.Duration, withFallback bool) evictionResult {
+func measureEviction(t *testing.T, policy string, run time.Duration, repeat int, withFallback bool) evictionResult {
 	srv := redistest.Start(t, "--maxmemory", "2mb", "--maxmemory-policy", policy)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer client.Close()
@@ -106,7 +116,8 @@ func measureEviction(t *testing.T, policy string, run time.Duration, withFallbac
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
-				_, err := floods[i%len(floods)].Allow(ctx, fmt.Sprintf("flood:%d:%d:%s", g, i, pad))
+				k := i / repeat
+				_, err := floods[k%len(floods)].Allow(ctx, fmt.Sprintf("flood:%d:%d:%s", g, k, pad))
 				ops.Add(1)
 				if err != nil {
 					errs.Add(1)
