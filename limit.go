@@ -102,6 +102,11 @@ const (
 	// bucket may take to refill from empty (burst * period / rate): 2^48
 	// microseconds, about 8.9 years.
 	MaxPeriod = core.MaxPeriod
+	// MaxLogQuota is the largest SlidingLog limit, and the most that the
+	// sliding logs of one set of limits may admit together: a sliding log
+	// records every unit it admits, so its limit bounds the work of one
+	// request. SlidingWindow takes larger limits.
+	MaxLogQuota = core.MaxLogQuota
 )
 
 // Limit describes one rate limit: an algorithm and its parameters. Build
@@ -191,8 +196,13 @@ func CalendarWindow(limit int64, unit Calendar, loc *time.Location) Limit {
 
 // SlidingLog returns an exact sliding window limit: at most limit units of
 // cost in any window of the given length ending now. It keeps the time of
-// every admitted unit that is still in the window, so its memory grows with
-// the limit (never beyond it).
+// every admitted unit that is still in the window, so its memory and the
+// work of one request grow with the limit: limit must be at most
+// MaxLogQuota (as must the sum of the sliding logs that one Limiter or
+// override checks together). Use SlidingWindow for larger limits.
+//
+// A Charge takes a sliding log at most its limit into debt: it records
+// only the units that keep the log within twice its limit.
 func SlidingLog(limit int64, window time.Duration) Limit {
 	return newWindow(AlgorithmSlidingLog, limit, window)
 }

@@ -37,6 +37,10 @@ func TestLimitValidation(t *testing.T) {
 		{"calendar bad unit", CalendarWindow(1, Calendar(9), nil), false},
 		{"calendar nil location is UTC", CalendarWindow(1, Day, nil), true},
 		{"sliding log negative", SlidingLog(-5, time.Second), false},
+		{"sliding log at its maximum", SlidingLog(MaxLogQuota, 24*time.Hour), true},
+		{"sliding log over its maximum", SlidingLog(MaxLogQuota+1, time.Second), false},
+		{"sliding log of millions", SlidingLog(5_000_000, 24*time.Hour), false},
+		{"sliding window of millions", SlidingWindow(5_000_000, 24*time.Hour), true},
 		{"sliding window ok", SlidingWindow(100, time.Minute), true},
 	}
 	for _, tt := range tests {

@@ -217,7 +217,7 @@ func TestMemoryStoreMaxBytes(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
 	logs := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 	defer logs.Close()
-	log := storetest.Limiter(t, logs, floodgate.SlidingLog(1000, time.Hour))
+	log := storetest.Limiter(t, logs, floodgate.SlidingLog(floodgate.MaxLogQuota, time.Hour))
 	log.Allow(ctx, "log")
 	before := logs.Bytes()
 	for range 100 {

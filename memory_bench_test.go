@@ -35,7 +35,7 @@ func BenchmarkMemoryHotKey(b *testing.B) {
 		floodgate.TokenBucket(1e9, time.Second, 1e9),
 		floodgate.FixedWindow(1e12, time.Second),
 		floodgate.SlidingWindow(1e12, time.Second),
-		floodgate.SlidingLog(1e6, time.Second),
+		floodgate.SlidingLog(floodgate.MaxLogQuota, time.Second),
 	} {
 		b.Run(l.Algorithm().String(), func(b *testing.B) {
 			lim := benchLimiter(b, l)

@@ -145,7 +145,7 @@ func TestMemoryStoreConcurrentEviction(t *testing.T) {
 	ctx := context.Background()
 	s := NewMemoryStore(&MemoryOptions{Clock: stillClock{time.Unix(1e9, 0)}, SweepInterval: -1, Shards: 2, MaxKeys: 8})
 	defer s.Close()
-	lim, err := NewLimiter(s, []Limit{TokenBucket(1, time.Hour, 1000), SlidingLog(1000, time.Hour)}, nil)
+	lim, err := NewLimiter(s, []Limit{TokenBucket(1, time.Hour, 1000), SlidingLog(MaxLogQuota, time.Hour)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

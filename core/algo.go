@@ -115,7 +115,10 @@ func (l *Spec) Step(s *State, now, n int64) (Verdict, Delta) {
 // into debt, so that later requests wait until the debt is repaid. One
 // Charge takes at most the limit's Quota (a larger n charges the Quota),
 // and a key's debt stays within MaxPeriod of refill, which keeps the
-// arithmetic exact. Commit the result with charged = true.
+// arithmetic exact; a sliding log's count stays within twice its Quota
+// (a charge beyond that records only what fits), which bounds the marks
+// one key keeps and one request expires. Commit the result with charged
+// = true.
 func (l *Spec) Charge(s *State, now, n int64) (Verdict, Delta) {
 	n = min(n, l.Quota)
 	if s.Skew != 0 || now < s.Last {
@@ -126,6 +129,13 @@ func (l *Spec) Charge(s *State, now, n int64) (Verdict, Delta) {
 
 // maxDebt bounds a forced count, as MaxPeriod bounds a bucket's debt.
 const maxDebt = 1 << 50
+
+// logRoom returns how many units a forced charge may add to a sliding
+// log that holds total: up to twice the Quota, so that no charge grows a
+// log without bound (see Charge).
+func (l *Spec) logRoom(total int64) int64 {
+	return max(2*l.Quota-total, 0)
+}
 
 // mode is what a step does with its cost.
 type mode uint8
@@ -278,6 +288,12 @@ func (l *Spec) Commit(s *State, next Delta, now, n int64, charged bool) {
 		s.Log = s.Log[:m]
 	}
 	s.Kind, s.C = Log, next.C
+	if charged && n > 0 {
+		// As stepLog: a forced charge adds what fits, and one that adds
+		// nothing is no charge.
+		n = min(n, l.logRoom(s.C))
+		charged = n > 0
+	}
 	if charged && n < 0 {
 		// A refund: the -n newest units go; the latest charge is then the
 		// newest mark left.
@@ -528,6 +544,9 @@ func (l *Spec) stepLog(s *State, now, n int64, m mode) (v Verdict, next Delta) {
 		total -= m.N
 	}
 	count := total
+	if m == charge {
+		n = min(n, l.logRoom(total)) // see Commit
+	}
 	switch {
 	case m == refund:
 		v.Allowed = true

@@ -86,7 +86,8 @@ func CheckRequest(key string, n int64) error {
 }
 
 // CheckSpecs returns nil when specs can be prepared: 1 to MaxLimits specs,
-// each valid (see Spec.Validate). Every Store's Prepare calls it first.
+// each valid (see Spec.Validate), whose sliding logs admit at most
+// MaxLogQuota units together. Every Store's Prepare calls it first.
 func CheckSpecs(specs []Spec) error {
 	switch {
 	case len(specs) == 0:
@@ -101,6 +102,25 @@ func CheckSpecs(specs []Spec) error {
 			}
 			return err
 		}
+	}
+	return CheckLogQuotas(specs)
+}
+
+// CheckLogQuotas returns nil when the sliding logs among specs admit at
+// most MaxLogQuota units together, and otherwise an error wrapping
+// ErrInvalidLimit: one request checks every limit of a set, so the
+// bound on one request's work is on their sum.
+func CheckLogQuotas(specs []Spec) error {
+	var sum int64
+	for i := range specs {
+		if specs[i].Kind == Log {
+			sum += specs[i].Quota
+		}
+	}
+	if sum > MaxLogQuota {
+		return fmt.Errorf("%w: the sliding-log limits of one set add up to %d, more than the maximum %d: "+
+			"a sliding log records every unit it admits; use sliding-window (the sliding window counter) for larger limits",
+			ErrInvalidLimit, sum, MaxLogQuota)
 	}
 	return nil
 }

@@ -59,6 +59,12 @@ const (
 	// bucket may take to refill from empty (burst * period / rate): 2^48
 	// microseconds, about 8.9 years.
 	MaxPeriod = time.Duration(1<<48) * time.Microsecond
+	// MaxLogQuota is the largest sliding log limit, and the most that the
+	// sliding logs of one set of limits may admit together. A sliding log
+	// keeps a record of every unit it admits (in Redis, a sorted set
+	// member each), so its limit bounds the work of one request and the
+	// memory of one key; a larger limit is the sliding window counter's.
+	MaxLogQuota = 250
 )
 
 const maxPeriodMicros = int64(MaxPeriod / time.Microsecond)
@@ -141,6 +147,10 @@ func NewWindow(kind Kind, what string, limit int64, window time.Duration) (Spec,
 	}
 	if err := checkQuota(what, limit); err != nil {
 		return Spec{}, err
+	}
+	if kind == Log && limit > MaxLogQuota {
+		return Spec{}, fmt.Errorf("%w: %s limit must be at most %d, got %d: a sliding log records every unit it admits; "+
+			"use sliding-window (the sliding window counter) for a larger limit", ErrInvalidLimit, what, MaxLogQuota, limit)
 	}
 	p, err := checkPeriod(what, window)
 	if err != nil {

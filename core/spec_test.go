@@ -2,6 +2,8 @@ package core
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +85,64 @@ func TestRoundUp(t *testing.T) {
 		if got := RoundUp(tt.d, tt.unit); got != tt.want {
 			t.Errorf("RoundUp(%s, %s) = %d, want %d", tt.d, tt.unit, got, tt.want)
 		}
+	}
+}
+
+// A sliding log records every unit it admits, so its limit bounds one
+// request's work: each log, and the logs of one set together, admit at
+// most MaxLogQuota, and the error names the way out.
+func TestLogQuota(t *testing.T) {
+	log := func(q int64) Spec {
+		s, _ := NewWindow(Log, "sliding-log", q, time.Hour)
+		return s
+	}
+	counter := must(NewWindow(Sliding, "sliding-window", 5_000_000, 24*time.Hour))
+	for _, tt := range []struct {
+		name  string
+		specs []Spec
+		ok    bool
+	}{
+		{"at the maximum", []Spec{log(MaxLogQuota)}, true},
+		{"two that fit", []Spec{log(MaxLogQuota - 50), log(50), counter}, true},
+		{"two over the maximum together", []Spec{log(MaxLogQuota), log(1)}, false},
+		{"eight small ones over it", []Spec{log(40), log(40), log(40), log(40), log(40), log(40), log(40)}, false},
+		{"counters are not logs", []Spec{counter, counter}, true},
+	} {
+		err := CheckSpecs(tt.specs)
+		if (err == nil) != tt.ok || (err != nil && (!errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), "sliding-window"))) {
+			t.Errorf("%s: CheckSpecs = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+	for _, q := range []int64{MaxLogQuota + 1, 1_000_000, 100_000_000} {
+		_, err := NewWindow(Log, "sliding-log", q, 24*time.Hour)
+		want := fmt.Sprintf("sliding-log limit must be at most %d, got %d", MaxLogQuota, q)
+		if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "sliding-window") {
+			t.Errorf("NewWindow(Log, %d) = %v, want an ErrInvalidLimit saying %q and naming sliding-window", q, err, want)
+		}
+	}
+	if _, err := NewWindow(Sliding, "sliding-window", 100_000_000, 24*time.Hour); err != nil {
+		t.Errorf("a sliding window counter of 10^8: %v", err)
+	}
+}
+
+// A forced charge fills a sliding log to twice its limit at most, in Step
+// and in Commit alike: a charge that finds it full records nothing.
+func TestLogChargeBound(t *testing.T) {
+	l := must(NewWindow(Log, "sliding-log", 3, time.Second))
+	var s State
+	for i, want := range []int64{3, 6, 6, 6} {
+		now := int64(i) * 1000
+		_, d := l.Charge(&s, now, 3)
+		l.Commit(&s, d, now, 3, true)
+		var units int64
+		for _, m := range s.Log {
+			units += m.N
+		}
+		if s.C != want || units != want {
+			t.Fatalf("charge %d: total %d in marks %v, want %d", i+1, s.C, s.Log, want)
+		}
+	}
+	if len(s.Log) != 2 || s.Last != 1000 {
+		t.Errorf("marks %v, latest charge %d: want two marks, the latest at 1000", s.Log, s.Last)
 	}
 }

@@ -50,6 +50,9 @@
 -- building every helper below at every call.
 
 local BUCKET, FIXED, SLIDING, LOG = 1, 2, 3, 4
+-- MAXLOG is core's MaxLogQuota: the largest sliding log limit that a
+-- request is decided against, which bounds the members it adds.
+local MAXLOG = 250
 
 -- The call's keys and arguments, as KEYS and ARGV are to a script, and
 -- what the call has read and written. decideBatch sets them all afresh at
@@ -311,6 +314,12 @@ local function stepLog(sp, key, now, n, i, mode)
   if last <= at - W then clock = nil end
   local total = call('ZCARD', key)
   if clock then total = total - 1 end
+  if mode == CHARGE then
+    -- A forced charge adds what fits in twice the limit, as core's
+    -- logRoom: no request grows a log without bound. commit adds wn[i].
+    n = min(n, max(2 * L - total, 0))
+    wn[i] = n
+  end
   local count = total
   local allowed, retry, reset = false, 0, 0
   local c = 0 -- the clock member, last in the set
@@ -351,6 +360,13 @@ end
 
 local steps = {[BUCKET] = stepBucketKey, [FIXED] = stepFixed, [SLIDING] = stepSliding, [LOG] = stepLog}
 
+-- keepLogSkew moves the clock member of the sliding log at key to the
+-- skew that grew in slot i, scored as its newest mark.
+local function keepLogSkew(key, i)
+  if wb[i] then call('ZREM', key, wb[i]) end
+  call('ZADD', key, fmt(wc[i]), '~' .. fmt(wsk[i]))
+end
+
 -- commit writes what a charged request recorded for its nk limits, with
 -- each key's expiry at the moment its limit is full again (and as long
 -- again as core's Spec.Hold says); string states are written when the
@@ -374,6 +390,10 @@ local function commit(nk, out, base, extra)
       ttls[key] = ttl
     elseif wmode == REFUND then
       refundLog(key, n, wb[i])
+    elseif n == 0 then
+      -- a forced charge on a full log (see stepLog): no charge, but a
+      -- grown skew is kept, as keepSkews does
+      if wgrew[i] then keepLogSkew(key, i) end
     else
       if wb[i] then call('ZREM', key, wb[i]) end
       -- n members at time t, named t:j, after those already at t. A name
@@ -409,8 +429,7 @@ local function keepSkews(nk)
       if wkind[i] == 'SET' then
         keepSkew(key, wsk[i])
       else
-        if wb[i] then call('ZREM', key, wb[i]) end
-        call('ZADD', key, fmt(wc[i]), '~' .. fmt(wsk[i]))
+        keepLogSkew(key, i)
       end
     end
   end
@@ -451,6 +470,12 @@ local function decide(specs, k0, nk, n, now, a0, out, extra, mode)
     local step = steps[sp.kind]
     if not step then
       return fail(out, b0, redis.error_reply('FLOODGATE unknown limit kind ' .. tostring(sp.kind)))
+    end
+    if sp.kind == LOG and sp.quota > MAXLOG then
+      -- an override written before the bound: deciding on it could take
+      -- unbounded work; setting or deleting it still works
+      return fail(out, b0, redis.error_reply('FLOODGATE sliding log limit ' .. fmt(sp.quota) ..
+        ' is over the maximum ' .. MAXLOG .. ' on key ' .. key .. '; replace or delete its override'))
     end
     wkind[i] = false
     local ni = n

@@ -217,7 +217,7 @@ func runOverrideAPI(t *testing.T, newStore NewStore) {
 	if _, ok, err := lim.GetOverride(ctx, "k"); ok || err != nil {
 		t.Fatalf("GetOverride before any = %v, %v; want false, nil", ok, err)
 	}
-	want := []fg.Limit{fg.GCRA(4, 10, time.Second).Named("fast"), fg.SlidingLog(1000, time.Hour)}
+	want := []fg.Limit{fg.GCRA(4, 10, time.Second).Named("fast"), fg.SlidingLog(200, time.Hour)}
 	if err := lim.SetOverride(ctx, "k", fg.Override{Limits: want, TTL: 1500 * ms}, fg.Additive); err != nil {
 		t.Fatalf("SetOverride: %v", err)
 	}

@@ -211,6 +211,21 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			// A log is charged at most to twice its limit, so that charges
+			// cannot grow it, and the work of expiring it, without bound:
+			// the third charge records nothing, and the log is clear once
+			// the first two have expired.
+			Name:   "sliding-log/charge-stops-at-twice-the-limit",
+			Limits: []fg.Limit{fg.SlidingLog(3, minute)},
+			Steps: []Step{
+				{At: 0, Op: Charge, N: 3, Want: ok(3, 0, minute)},
+				{At: 10 * sec, Op: Charge, N: 3, Want: ok(3, 0, minute)},
+				{At: 20 * sec, Op: Charge, N: 3, Want: ok(3, 0, 50*sec)},
+				{At: 30 * sec, N: 1, Want: no(3, 0, 40*sec, 40*sec)},
+				{At: 70 * sec, N: 1, Want: ok(3, 2, minute)},
+			},
+		},
+		{
 			// A refund gives back exactly what was charged, never beyond
 			// the burst; a full key stays full.
 			Name:   "token-bucket/refund",

@@ -40,12 +40,12 @@ func TestParse(t *testing.T) {
     shadow: true
   - name: exact
     algorithm: sliding-log
-    limit: 1_000
+    limit: 200
     window: 1h
   - name: tiered
     limits:
       - {algorithm: gcra, max_burst: 9, count: 10, period: 1s, name: burst}
-      - {algorithm: fixed-window, limit: 10000, calendar: day, timezone: Europe/Paris, name: daily}
+      - {algorithm: fixed-window, limit: 10_000, calendar: day, timezone: Europe/Paris, name: daily}
       - {algorithm: fixed-window, limit: 100, window: 1m}
 `
 	c, err := Parse("rules.yaml", []byte(y))
@@ -57,7 +57,7 @@ func TestParse(t *testing.T) {
 		"funnel": {"funnel: leaky-bucket 1/1s burst 10"},
 		"cell":   {"cell: gcra 30/1m0s burst 16"},
 		"login":  {"login: sliding-window 5/1m0s"},
-		"exact":  {"exact: sliding-log 1000/1h0m0s"},
+		"exact":  {"exact: sliding-log 200/1h0m0s"},
 		"tiered": {"burst: gcra 10/1s burst 10", "daily: fixed-window 10000 per day (Europe/Paris)", "fixed-window 100/1m0s"},
 	}
 	if len(c.Rules) != len(want) {
