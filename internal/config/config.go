@@ -375,6 +375,7 @@ func (p *parser) rule(n *yaml.Node, path string) (Rule, bool) {
 					r.Limits = append(r.Limits, l)
 				}
 			}
+			p.logSum(ls, path+".limits", r.Limits)
 		}
 	} else {
 		delete(f, "shadow")
@@ -385,6 +386,25 @@ func (p *parser) rule(n *yaml.Node, path string) (Rule, bool) {
 		}
 	}
 	return r, len(p.errs) == before
+}
+
+// logAdvice says why a sliding log's limit is bounded and what to use
+// instead.
+const logAdvice = "a sliding log records every unit it admits; use sliding-window (the sliding window counter) for larger limits"
+
+// logSum reports, at n, limits whose sliding logs admit more than
+// MaxLogQuota together: one request checks them all, so the bound on its
+// work is on their sum (see floodgate.MaxLogQuota).
+func (p *parser) logSum(n *yaml.Node, field string, limits []floodgate.Limit) {
+	var sum int64
+	for _, l := range limits {
+		if l.Algorithm() == floodgate.AlgorithmSlidingLog {
+			sum += l.Quota()
+		}
+	}
+	if sum > floodgate.MaxLogQuota {
+		p.errorf(n, field, "the sliding-log limits add up to %d, more than the maximum %d: %s", sum, floodgate.MaxLogQuota, logAdvice)
+	}
 }
 
 // limit builds one limit from its fields.
@@ -447,6 +467,9 @@ func (p *parser) limit(n *yaml.Node, path string, f map[string]*yaml.Node) (floo
 				ints[k] = i
 			}
 		}
+	}
+	if q, ok := ints["limit"]; ok && alg == floodgate.AlgorithmSlidingLog && q > floodgate.MaxLogQuota {
+		p.errorf(f["limit"], path+".limit", "must be at most %d for sliding-log, got %d: %s", floodgate.MaxLogQuota, q, logAdvice)
 	}
 	if len(p.errs) > before {
 		return floodgate.Limit{}, false

@@ -116,6 +116,12 @@ func TestErrors(t *testing.T) {
 		{"duplicate", "rules:\n  - {name: a, algorithm: sliding-log, limit: 1, window: 1s}\n  - {name: a, algorithm: sliding-log, limit: 1, window: 1s}\n", `f.yaml:3:5: rules[1].name: "a" is already the name of rules[0]`},
 		{"limits and algorithm", rule("    algorithm: gcra\n    limits: [{algorithm: sliding-log, limit: 1, window: 1s}]\n"), "rules[0].limits: give either limits or one limit's fields"},
 		{"too many limits", rule("    limits: [" + strings.Repeat("{algorithm: sliding-log, limit: 1, window: 1s},", 9) + "]\n"), "rules[0].limits: must be a list of 1 to 8 limits"},
+		{"sliding log over its maximum", rule("    algorithm: sliding-log\n    limit: 5_000_000\n    window: 24h\n"),
+			"f.yaml:4:12: rules[0].limit: must be at most 250 for sliding-log, got 5000000: a sliding log records every unit it admits; use sliding-window"},
+		{"nested sliding log over its maximum", rule("    limits:\n      - {algorithm: sliding-log, limit: 251, window: 1s}\n"),
+			"f.yaml:4:41: rules[0].limits[0].limit: must be at most 250 for sliding-log, got 251"},
+		{"sliding logs over the maximum together", rule("    limits:\n      - {algorithm: sliding-log, limit: 200, window: 1s}\n      - {algorithm: sliding-log, limit: 100, window: 1h}\n"),
+			"f.yaml:4:7: rules[0].limits: the sliding-log limits add up to 300, more than the maximum 250: a sliding log records every unit it admits; use sliding-window"},
 		{"nested error", rule("    limits:\n      - {algorithm: sliding-log, limit: 1.5, window: 1s}\n"), "f.yaml:4:41: rules[0].limits[0].limit: must be a whole number, got 1.5"},
 	}
 	for _, tt := range tests {

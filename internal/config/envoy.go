@@ -347,6 +347,10 @@ func (p *parser) envoyAlgorithm(n *yaml.Node, path string, f map[string]*yaml.No
 		case floodgate.AlgorithmFixedWindow:
 			lim = floodgate.FixedWindow(q, period)
 		case floodgate.AlgorithmSlidingLog:
+			if q > floodgate.MaxLogQuota {
+				p.errorf(f["requests_per_unit"], path+".requests_per_unit", "must be at most %d with sliding-log, got %d: %s", floodgate.MaxLogQuota, q, logAdvice)
+				return floodgate.Limit{}, false
+			}
 			lim = floodgate.SlidingLog(q, period)
 		case floodgate.AlgorithmSlidingWindow:
 			lim = floodgate.SlidingWindow(q, period)

@@ -162,6 +162,8 @@ func TestEnvoyInvalid(t *testing.T) {
 		{"not a bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes\n", `shadow_mode: must be true or false, got "yes"`},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: magic}\n", `unknown algorithm "magic"`},
 		{"burst without algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", `burst needs an algorithm`},
+		{"sliding log over its maximum", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5000000, algorithm: sliding-log}\n",
+			`x.yaml:4:48: descriptors[0].rate_limit.requests_per_unit: must be at most 250 with sliding-log, got 5000000: a sliding log records every unit it admits; use sliding-window`},
 		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding-window, burst: 5}\n", `burst: is not a parameter of sliding-window`},
 		{"zero multiplier", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n", `unit_multiplier: must be from 1 to`},
 		{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", `descriptors: must be a list of descriptors`},

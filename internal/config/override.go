@@ -65,6 +65,7 @@ func ParseOverride(file string, data []byte) (Override, error) {
 					o.Limits = append(o.Limits, l)
 				}
 			}
+			p.logSum(ls, "limits", o.Limits)
 		}
 	} else if len(p.errs) == 0 {
 		if l, ok := p.limit(root, "override", f); ok {

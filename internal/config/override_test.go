@@ -28,6 +28,10 @@ func TestParseOverride(t *testing.T) {
 		{in: `{"algorithm":"fixed-window","limit":5,"calendar":"day"}`, err: "cannot be a calendar window"},
 		{in: `{"limits":[]}`, err: "limits: must be a list of 1 to 8 limits"},
 		{in: `{"limit":5,"bogus":1}`, err: "bogus: unknown field"},
+		{in: `{"algorithm":"sliding-log","limit":100000000,"window":"24h"}`,
+			err: "body:1:36: override.limit: must be at most 250 for sliding-log, got 100000000: a sliding log records every unit it admits; use sliding-window"},
+		{in: `{"limits":[{"algorithm":"sliding-log","limit":200,"window":"1s"},{"algorithm":"sliding-log","limit":200,"window":"1m"}]}`,
+			err: "body:1:11: limits: the sliding-log limits add up to 400, more than the maximum 250"},
 		{in: `{"algorithm":"token-bucket","rate":1,"period":"1m","burst":5,"limits":[]}`, err: "give either limits or one limit"},
 	}
 	for _, tt := range tests {
