@@ -27,7 +27,7 @@ func TestLogBoundMatchesCore(t *testing.T) {
 
 // An override stored before sliding logs were bounded (a limit of 10^6)
 // is refused by every decision on its key, with an error that says so,
-// without touching the log; deleting it still works.
+// without touching the log; it can still be read, listed and deleted.
 func TestLogOverrideOverTheBound(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
@@ -49,6 +49,14 @@ func TestLogOverrideOverTheBound(t *testing.T) {
 	}
 	if n := client.Exists(ctx, "b:{k}:0l").Val(); n != 0 {
 		t.Fatalf("the refused decisions wrote the log")
+	}
+	// It can be seen, to be replaced.
+	if o, ok, err := lim.GetOverride(ctx, "k"); !ok || err != nil || len(o.Limits) != 1 || o.Limits[0].Quota() != 1_000_000 {
+		t.Fatalf("GetOverride = %v, %v, %v; want the log of 10^6", o, ok, err)
+	}
+	listed := 0
+	if err := lim.ListOverrides(ctx, func(string, floodgate.Override) bool { listed++; return true }); listed != 1 || err != nil {
+		t.Fatalf("ListOverrides listed %d, %v; want 1, nil", listed, err)
 	}
 	if err := lim.DeleteOverride(ctx, "k", floodgate.ResetUsage); err != nil {
 		t.Fatalf("deleting the override: %v", err)

@@ -82,9 +82,16 @@ func decodeOverride(raw string) ([]core.Spec, error) {
 		}
 		kind, period := core.Kind(v[0]), time.Duration(v[3])*time.Microsecond
 		var sp core.Spec
-		if kind == core.Bucket {
+		switch {
+		case kind == core.Bucket:
 			sp, err = core.NewBucket("override", v[2], period, v[1], "quota")
-		} else {
+		case kind == core.Log && v[1] > core.MaxLogQuota && v[1] <= core.MaxQuota:
+			// A log over the bound, set before there was one: read, so
+			// that it can be listed and replaced; decide.lua refuses to
+			// decide on it.
+			sp, err = core.NewWindow(kind, "override", core.MaxLogQuota, period)
+			sp.Quota, sp.Rate = v[1], v[1]
+		default:
 			sp, err = core.NewWindow(kind, "override", v[1], period)
 		}
 		if err != nil {
