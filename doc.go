@@ -25,8 +25,8 @@
 // rate, needs one value per key and tells a client precisely when to
 // retry. Pick a fixed window for quotas that users read on a calendar
 // ("1000 per day"), SlidingLog when the limit is small and must be exact
-// over any window ("5 password attempts in any 15 minutes"), SlidingWindow
-// for large limits over a moving window.
+// over any window ("5 password attempts in any 15 minutes"; at most
+// MaxLogQuota), SlidingWindow for large limits over a moving window.
 //
 // Periods may be of any length from a microsecond to MaxPeriod (500ms,
 // 30s, 5m, 24h, 720h); rates below one per second are a count over a
