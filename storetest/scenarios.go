@@ -226,6 +226,20 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			// A charge that finds the log full records nothing, but the
+			// clock's step back that it saw is kept, as for any request
+			// not charged: the key rejoins the clock at 60s, when its
+			// marks have expired on its own time line.
+			Name:   "sliding-log/full-charge-keeps-a-clock-step",
+			Limits: []fg.Limit{fg.SlidingLog(2, minute)},
+			Steps: []Step{
+				{At: 10 * sec, Op: Charge, N: 2, Want: ok(2, 0, minute)},
+				{At: 10 * sec, Op: Charge, N: 2, Want: ok(2, 0, minute)},
+				{At: 0, Op: Charge, N: 2, Want: ok(2, 0, minute)},
+				{At: 65 * sec, N: 1, Want: ok(2, 1, minute)},
+			},
+		},
+		{
 			// A refund gives back exactly what was charged, never beyond
 			// the burst; a full key stays full.
 			Name:   "token-bucket/refund",
