@@ -103,14 +103,14 @@ func CheckSpecs(specs []Spec) error {
 			return err
 		}
 	}
-	return CheckLogQuotas(specs)
+	return checkLogQuotas(specs)
 }
 
-// CheckLogQuotas returns nil when the sliding logs among specs admit at
+// checkLogQuotas returns nil when the sliding logs among specs admit at
 // most MaxLogQuota units together, and otherwise an error wrapping
 // ErrInvalidLimit: one request checks every limit of a set, so the
 // bound on one request's work is on their sum.
-func CheckLogQuotas(specs []Spec) error {
+func checkLogQuotas(specs []Spec) error {
 	var sum int64
 	for i := range specs {
 		if specs[i].Kind == Log {
