@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -48,6 +49,13 @@ type serveFlags struct {
 	protectMetrics bool
 	// httpMaxConns caps the HTTP listener's open connections.
 	httpMaxConns int64
+	// grpcMaxConns caps the gRPC listener's open connections, and
+	// grpcLimits bound each of them; grpcMsgSize is --grpc-max-msg-size
+	// as written (bytes, KiB, MiB).
+	grpcMaxConns int64
+	grpcStreams  int64
+	grpcMsgSize  string
+	grpcLimits   rls.Limits
 	// tls names the certificate files of both listeners; empty: no TLS.
 	tls tlsconf.Files
 	// ui serves the dashboard at /ui/, sampling every uiStep.
@@ -78,6 +86,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.DurationVar(&f.watch, "watch", e.duration("FLOODGATE_WATCH", time.Second), "how often to look for a changed rules file; a change is reloaded once the file has stayed the same for this long, and one that drops rules in use only once renamed into place, after 30s unchanged, or at SIGHUP; 0 to rely on SIGHUP ($FLOODGATE_WATCH)")
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
+	fs.Int64Var(&f.grpcMaxConns, "grpc-max-conns", e.int("FLOODGATE_GRPC_MAX_CONNS", 1000), "most open gRPC connections; more wait to be accepted. Envoy opens one per worker thread, and another when one has --grpc-max-streams calls in flight ($FLOODGATE_GRPC_MAX_CONNS)")
+	fs.Int64Var(&f.grpcStreams, "grpc-max-streams", e.int("FLOODGATE_GRPC_MAX_STREAMS", rls.DefaultMaxStreams), "most gRPC calls in flight on one connection; more are refused unread, and Envoy opens another connection ($FLOODGATE_GRPC_MAX_STREAMS)")
+	fs.StringVar(&f.grpcMsgSize, "grpc-max-msg-size", e.str("FLOODGATE_GRPC_MAX_MSG_SIZE", "256KiB"), "largest gRPC rate limit request (bytes, or with KiB, MiB or GiB); a larger one fails, which Envoy answers by letting its request through unless failure_mode_deny. A connection holds at most about --grpc-max-streams times this ($FLOODGATE_GRPC_MAX_MSG_SIZE)")
+	fs.DurationVar(&f.grpcLimits.HandshakeTimeout, "grpc-handshake-timeout", e.duration("FLOODGATE_GRPC_HANDSHAKE_TIMEOUT", rls.DefaultHandshakeTimeout), "how long a new gRPC connection has to finish TLS and send the HTTP/2 preface before it is closed ($FLOODGATE_GRPC_HANDSHAKE_TIMEOUT)")
+	fs.DurationVar(&f.grpcLimits.IdleTimeout, "grpc-idle-timeout", e.duration("FLOODGATE_GRPC_IDLE_TIMEOUT", rls.DefaultIdleTimeout), "close a gRPC connection with no call in flight for this long; the client reconnects when it next calls ($FLOODGATE_GRPC_IDLE_TIMEOUT)")
 	fs.BoolVar(&f.ui, "ui", e.bool("FLOODGATE_UI", true), "serve the dashboard at /ui/ on the HTTP listener ($FLOODGATE_UI)")
 	fs.StringVar(&f.gcFloor, "gc-floor", e.str("FLOODGATE_GC_FLOOR", "64MiB"), "let the heap grow by at least this much between garbage collections (bytes, or with KiB, MiB or GiB; 0 for Go's default): fewer collections under load, for at most this much more memory; ignored when GOGC is set ($FLOODGATE_GC_FLOOR)")
 	fs.DurationVar(&f.uiStep, "ui-step", e.duration("FLOODGATE_UI_STEP", 2*time.Second), "how often the dashboard samples the counters: its chart's resolution ($FLOODGATE_UI_STEP)")
@@ -113,6 +126,12 @@ type server struct {
 func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
 	s := &server{errs: make(chan error, 3), ui: board != nil}
 	var err error
+	var grpcOpts []grpc.ServerOption
+	if f.grpc != "" {
+		if grpcOpts, err = grpcOptions(f); err != nil {
+			return nil, err
+		}
+	}
 	if f.tls != (tlsconf.Files{}) {
 		if s.tls, err = tlsconf.Load(f.tls); err != nil {
 			return nil, err
@@ -156,22 +175,13 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 			}
 			return nil, fmt.Errorf("--grpc: %w", err)
 		}
-		var opts []grpc.ServerOption
+		// Each connection's streams, messages and idle time are bounded
+		// by grpcOpts; their number, as on the HTTP listener, here.
+		s.grpcLn = netutil.LimitListener(s.grpcLn, int(f.grpcMaxConns))
+		opts := grpcOpts
 		if s.tls != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
 		}
-		if f.token != "" {
-			opts = append(opts, rls.RequireToken(f.token))
-		}
-		// Streams run on a pool of goroutines that keep their grown
-		// stacks: a new goroutine per request spent about a seventh of the
-		// service's CPU growing its stack through the decision's calls.
-		opts = append(opts, grpc.NumStreamWorkers(grpcWorkers))
-		// Fixed flow-control windows, larger than any rate limit message
-		// in flight: with the default, gRPC estimates the bandwidth-delay
-		// product with a ping per round trip on every connection, which
-		// Envoy's small messages never need.
-		opts = append(opts, grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<20))
 		s.grpcSrv = grpc.NewServer(opts...)
 		s.rls = rls.Register(s.grpcSrv, svc, log)
 	}
@@ -471,6 +481,34 @@ func dashRedis(st redisstore.ServerStatus) dash.Redis {
 	return r
 }
 
-// grpcWorkers is how many goroutines serve gRPC streams; a stream that
-// finds them all busy gets a goroutine of its own, as without them.
-const grpcWorkers = 256
+// grpcOptions checks the --grpc-* flags and returns the gRPC server's
+// options for them and --token.
+func grpcOptions(f *serveFlags) ([]grpc.ServerOption, error) {
+	if f.grpcMaxConns < 1 {
+		return nil, fmt.Errorf("--grpc-max-conns ($FLOODGATE_GRPC_MAX_CONNS) must be at least 1, got %d", f.grpcMaxConns)
+	}
+	// HTTP/2 numbers a connection's streams with 31 bits.
+	if f.grpcStreams < 1 || f.grpcStreams > math.MaxInt32 {
+		return nil, fmt.Errorf("--grpc-max-streams ($FLOODGATE_GRPC_MAX_STREAMS) must be 1 to %d, got %d", math.MaxInt32, f.grpcStreams)
+	}
+	size, err := parseBytes(f.grpcMsgSize)
+	if err == nil && size > maxGRPCMsgSize {
+		err = fmt.Errorf("%s is more than the maximum 1GiB", f.grpcMsgSize)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-max-msg-size ($FLOODGATE_GRPC_MAX_MSG_SIZE): %w", err)
+	}
+	if f.grpcLimits.HandshakeTimeout <= 0 {
+		return nil, fmt.Errorf("--grpc-handshake-timeout ($FLOODGATE_GRPC_HANDSHAKE_TIMEOUT) must be positive, got %s", f.grpcLimits.HandshakeTimeout)
+	}
+	if f.grpcLimits.IdleTimeout <= 0 {
+		return nil, fmt.Errorf("--grpc-idle-timeout ($FLOODGATE_GRPC_IDLE_TIMEOUT) must be positive, got %s", f.grpcLimits.IdleTimeout)
+	}
+	l := f.grpcLimits
+	l.MaxStreams, l.MaxMsgSize, l.Token = uint32(f.grpcStreams), int(size), f.token
+	return rls.ServerOptions(l)
+}
+
+// maxGRPCMsgSize bounds --grpc-max-msg-size, in bytes: a request that
+// large would already hold a connection's memory a long time.
+const maxGRPCMsgSize = 1 << 30

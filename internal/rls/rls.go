@@ -6,17 +6,14 @@ package rls
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"log/slog"
-	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/service"
@@ -65,26 +62,4 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		s.log.Error("floodgate: ShouldRateLimit failed", "error", err.Error())
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-}
-
-// RequireToken returns a server option that makes every rate limit call
-// carry the bearer token in its "authorization" metadata, as floodgate
-// serve's --token does on its other listeners; Envoy sends it with its
-// grpc_service's initial_metadata. Health checks need no token. Calls
-// without it get codes.Unauthenticated.
-func RequireToken(token string) grpc.ServerOption {
-	want := []byte("bearer " + token)
-	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if !strings.HasPrefix(info.FullMethod, "/"+rlsv3.RateLimitService_ServiceDesc.ServiceName+"/") {
-			return h(ctx, req)
-		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		for _, v := range md.Get("authorization") {
-			// The scheme in any case, the token exactly, in constant time.
-			if len(v) == len(want) && strings.EqualFold(v[:7], "bearer ") && subtle.ConstantTimeCompare([]byte(v[7:]), want[7:]) == 1 {
-				return h(ctx, req)
-			}
-		}
-		return nil, status.Error(codes.Unauthenticated, "floodgate: a bearer token is required (authorization metadata)")
-	})
 }
