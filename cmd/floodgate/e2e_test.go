@@ -86,8 +86,14 @@ type instance struct {
 // waits until it prints where it listens.
 func serve(t *testing.T, args ...string) *instance {
 	t.Helper()
+	return serveBinary(t, binary, args...)
+}
+
+// serveBinary is serve with the floodgate binary at bin.
+func serveBinary(t *testing.T, bin string, args ...string) *instance {
+	t.Helper()
 	args = append([]string{"serve", "--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"}, args...)
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(bin, args...)
 	// The race runtime sleeps a second before exiting, by default; the
 	// shutdown tests time the process, not that.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
