@@ -311,14 +311,15 @@ func (a *h2Attacker) write(w func() error) error {
 	return w()
 }
 
-// send opens stream id with metadata md and sends a message that its
+// send opens a call of method on stream id with metadata md and sends a
+// message that its
 // length prefix says is declared bytes long: the prefix and the first n
 // bytes of it, as fast as the windows let it, never the rest. It gives
 // up on a stream that the server closes or does not let it write to for
 // stall. It returns the bytes sent after the prefix.
-func (a *h2Attacker) send(id, declared uint32, n int, stall time.Duration, md ...string) (int, error) {
+func (a *h2Attacker) send(method string, id, declared uint32, n int, stall time.Duration, md ...string) (int, error) {
 	a.hbuf.Reset()
-	fields := append([]string{":method", "POST", ":scheme", "http", ":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+	fields := append([]string{":method", "POST", ":scheme", "http", ":path", method,
 		":authority", "floodgate", "content-type", "application/grpc", "te", "trailers"}, md...)
 	for i := 0; i+1 < len(fields); i += 2 {
 		a.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
@@ -371,16 +372,16 @@ func (a *h2Attacker) counts() (refused, answered int) {
 	return a.refused, a.answered
 }
 
-// streamFlood opens streams on one connection and sends each a message
-// of declared bytes, of which it sends up to perStream, never finishing
-// one; md is each stream's metadata.
-func streamFlood(t *testing.T, addr string, streams int, declared uint32, perStream int, md ...string) {
+// streamFlood opens streams on one connection, calls of method, and
+// sends each a message of declared bytes, of which it sends up to
+// perStream, never finishing one; md is each stream's metadata.
+func streamFlood(t *testing.T, addr, method string, streams int, declared uint32, perStream int, md ...string) {
 	t.Helper()
 	a := dialAttacker(t, addr)
 	start := time.Now()
 	var total int64
 	for i := range streams {
-		n, err := a.send(uint32(2*i+1), declared, perStream, 2*time.Second, md...)
+		n, err := a.send(method, uint32(2*i+1), declared, perStream, 2*time.Second, md...)
 		total += int64(n)
 		if err != nil {
 			t.Logf("the connection ended after %d streams: %v", i, err)
@@ -388,23 +389,28 @@ func streamFlood(t *testing.T, addr string, streams int, declared uint32, perStr
 		}
 	}
 	refused, answered := a.counts()
-	t.Logf("%d streams declaring %d bytes each: %.1f MiB sent in %s; %d refused unread, %d answered (an error), the rest held",
-		streams, declared, float64(total)/(1<<20), time.Since(start).Round(time.Millisecond), refused, answered)
+	t.Logf("%s: %d streams declaring %d bytes each: %.1f MiB sent in %s; %d refused unread, %d answered (an error), the rest held",
+		method, streams, declared, float64(total)/(1<<20), time.Since(start).Round(time.Millisecond), refused, answered)
 }
 
 // TestGRPCStreamFlood: one connection opens 1,500 streams and sends 1 MB
 // on each, never finishing a message; without credentials when --token
 // is set. Then, on a second connection, the same with messages just
-// under the size limit, the most the server accepts.
+// under the size limit, the most the server accepts; with --token, a
+// third does that with health checks, which need no token.
 func TestGRPCStreamFlood(t *testing.T) {
+	const rlsMethod, healthCheck = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "/grpc.health.v1.Health/Check"
 	for _, token := range []string{"", "s3cret"} {
 		t.Run(fmt.Sprintf("token=%t", token != ""), func(t *testing.T) {
 			in, legit := serveForAttack(t, token)
 			// The attack: a message of 4 MiB less a byte (gRPC's
 			// default limit), of which 1 MB is sent.
-			streamFlood(t, in.grpcAddr, 1500, 4<<20-1, 1_000_000)
+			streamFlood(t, in.grpcAddr, rlsMethod, 1500, 4<<20-1, 1_000_000)
 			// Fitted to the default limit: 256 KiB, all but the last byte.
-			streamFlood(t, in.grpcAddr, 1500, 256<<10, 256<<10-1)
+			streamFlood(t, in.grpcAddr, rlsMethod, 1500, 256<<10, 256<<10-1)
+			if token != "" {
+				streamFlood(t, in.grpcAddr, healthCheck, 1500, 256<<10, 256<<10-1)
+			}
 			legit.finish(t)
 			checkRSS(t, in)
 		})

@@ -5,12 +5,14 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -138,21 +140,62 @@ func ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 // with its grpc_service's initial_metadata. Calls without it get
 // codes.Unauthenticated. The token is checked on the call's headers,
 // before its message is read: an unauthenticated client cannot make the
-// server buffer request bodies. It sets the server's InTapHandle, of
-// which gRPC allows one.
+// server buffer request bodies. Health checks without the token are
+// served, at most maxOpenHealth at a time on one connection (more get
+// codes.ResourceExhausted): each may have its message buffered, up to
+// the size limit. It sets the server's InTapHandle, of which gRPC allows
+// one.
 func RequireToken(token string) grpc.ServerOption {
 	want := []byte("bearer " + token)
 	health := "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
+	open := &openCalls{n: map[string]int{}}
 	return grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if strings.HasPrefix(info.FullMethodName, health) {
-			return ctx, nil
-		}
 		for _, v := range info.Header.Get("authorization") {
 			// The scheme in any case, the token exactly, in constant time.
 			if len(v) == len(want) && strings.EqualFold(v[:7], "bearer ") && subtle.ConstantTimeCompare([]byte(v[7:]), want[7:]) == 1 {
 				return ctx, nil
 			}
 		}
-		return nil, status.Error(codes.Unauthenticated, "floodgate: a bearer token is required (authorization metadata)")
+		if !strings.HasPrefix(info.FullMethodName, health) {
+			return nil, status.Error(codes.Unauthenticated, "floodgate: a bearer token is required (authorization metadata)")
+		}
+		if !open.enter(ctx) {
+			return nil, status.Errorf(codes.ResourceExhausted, "floodgate: more than %d health checks without a token in flight on this connection", maxOpenHealth)
+		}
+		return ctx, nil
 	})
+}
+
+// maxOpenHealth is the most health checks without the token in flight
+// on one connection: probes send one at a time.
+const maxOpenHealth = 8
+
+// openCalls counts calls in flight by connection.
+type openCalls struct {
+	mu sync.Mutex
+	n  map[string]int // by the connection's remote address; no zeros
+}
+
+// enter counts the call of stream context ctx until ctx ends, which gRPC
+// makes it do when the stream ends however it ends, or reports false if
+// its connection already has maxOpenHealth.
+func (o *openCalls) enter(ctx context.Context) bool {
+	var conn string // calls without a peer, if any, share one count
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		conn = p.Addr.String()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n[conn] >= maxOpenHealth {
+		return false
+	}
+	o.n[conn]++
+	context.AfterFunc(ctx, func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.n[conn]--; o.n[conn] == 0 {
+			delete(o.n, conn)
+		}
+	})
+	return true
 }

@@ -205,6 +205,57 @@ func TestRequireTokenBeforeBody(t *testing.T) {
 	}
 }
 
+// call sends a whole call of method with an empty message on stream id,
+// and returns its grpc-status.
+func (h *h2conn) call(id uint32, method string, md ...string) string {
+	h.t.Helper()
+	h.open(id, method, md...)
+	if err := h.fr.WriteData(id, true, make([]byte, 5)); err != nil {
+		h.t.Fatal(err)
+	}
+	got, _ := h.end(id)
+	return got
+}
+
+// TestHealthWithoutToken: with a token required, health checks without
+// it are served, but no more than 8 at a time on one connection, since
+// each may have its message buffered.
+func TestHealthWithoutToken(t *testing.T) {
+	const check = "/grpc.health.v1.Health/Check"
+	addr := serveLimited(t, rls.Limits{Token: "s3cret"})
+	h := dialH2(t, addr)
+	for id := uint32(1); id <= 15; id += 2 {
+		h.open(id, check) // waiting for their messages
+	}
+	h.open(17, check)
+	if got, _ := h.end(17); got != "8" {
+		t.Errorf("a ninth health check in flight: grpc-status %q, want 8 (ResourceExhausted)", got)
+	}
+	if got := h.call(19, check, "authorization", "Bearer s3cret"); got != "0" {
+		t.Errorf("a health check with the token: grpc-status %q, want 0", got)
+	}
+	if got := dialH2(t, addr).call(1, check); got != "0" {
+		t.Errorf("a health check on another connection: grpc-status %q, want 0", got)
+	}
+	// Their streams ended, the eight make room, once the server has
+	// counted them out.
+	for id := uint32(1); id <= 15; id += 2 {
+		if err := h.fr.WriteRSTStream(id, http2.ErrCodeCancel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := uint32(21)
+	for range 1000 {
+		if got := h.call(id, check); got == "0" {
+			return
+		} else if got != "8" {
+			t.Fatalf("a health check: grpc-status %q", got)
+		}
+		id += 2
+	}
+	t.Error("health checks cancelled were still counted after 1000 calls")
+}
+
 // TestLimits: the server announces its limits, refuses streams past
 // MaxStreams unread, and refuses a message longer than MaxMsgSize on its
 // length alone.
