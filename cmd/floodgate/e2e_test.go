@@ -214,10 +214,17 @@ func (in *instance) stop(t *testing.T, sig syscall.Signal) error {
 }
 
 // SIGTERM ends the process within a second, even with a Redis-protocol
-// client that pipelines and never reads, and an HTTP client that never
-// finishes its body.
+// client that pipelines and never reads, an HTTP client that never
+// finishes its body, and a gRPC connection that never sends the HTTP/2
+// preface (which gRPC's Stop would wait for until the handshake
+// deadline).
 func TestStopWithStuckClients(t *testing.T) {
-	in := serve(t)
+	in := serve(t, "--grpc", "127.0.0.1:0")
+	g, err := net.Dial("tcp", in.grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
 	c, err := net.Dial("tcp", in.respAddr)
 	if err != nil {
 		t.Fatal(err)

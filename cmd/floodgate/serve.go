@@ -113,7 +113,7 @@ type server struct {
 	ui             bool              // the dashboard is served
 	tls            *tlsconf.Reloader // nil without TLS
 	httpLn, respLn net.Listener
-	grpcLn         net.Listener
+	grpcLn         *trackedListener
 	httpSrv        *http.Server
 	respSrv        *resp.Server
 	grpcSrv        *grpc.Server
@@ -167,7 +167,8 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 		s.respSrv = resp.New(svc, &resp.Options{Token: f.token, Version: getVersion(), Logger: log})
 	}
 	if f.grpc != "" {
-		if s.grpcLn, err = net.Listen("tcp", f.grpc); err != nil {
+		ln, err := net.Listen("tcp", f.grpc)
+		if err != nil {
 			for _, ln := range []net.Listener{s.httpLn, s.respLn} {
 				if ln != nil {
 					ln.Close()
@@ -177,7 +178,7 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 		}
 		// Each connection's streams, messages and idle time are bounded
 		// by grpcOpts; their number, as on the HTTP listener, here.
-		s.grpcLn = netutil.LimitListener(s.grpcLn, int(f.grpcMaxConns))
+		s.grpcLn = &trackedListener{Listener: netutil.LimitListener(ln, int(f.grpcMaxConns)), conns: map[*trackedConn]struct{}{}}
 		opts := grpcOpts
 		if s.tls != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
@@ -267,7 +268,10 @@ func (s *server) shutdown() {
 			select {
 			case <-done:
 			case <-ctx.Done():
-				s.grpcSrv.Stop() // cut off what is still open
+				// Cut off what is still open; Stop would wait for the
+				// connections still in their handshake.
+				s.grpcLn.closeAll()
+				s.grpcSrv.Stop()
 				<-done
 			}
 		}()
@@ -512,3 +516,63 @@ func grpcOptions(f *serveFlags) ([]grpc.ServerOption, error) {
 // maxGRPCMsgSize bounds --grpc-max-msg-size, in bytes: a request that
 // large would already hold a connection's memory a long time.
 const maxGRPCMsgSize = 1 << 30
+
+// trackedListener keeps the connections it accepted until they close, so
+// that shutdown can close those that gRPC's Stop would wait for: one in
+// its TLS handshake or before its HTTP/2 preface is only given up at
+// --grpc-handshake-timeout.
+type trackedListener struct {
+	net.Listener
+	mu     sync.Mutex
+	conns  map[*trackedConn]struct{}
+	closed bool // closeAll was called: what is accepted is closed at once
+}
+
+// Accept returns the next connection, tracked until it is closed.
+func (l *trackedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, l: l}
+		l.mu.Lock()
+		closed := l.closed
+		if !closed {
+			l.conns[tc] = struct{}{}
+		}
+		l.mu.Unlock()
+		if !closed {
+			return tc, nil
+		}
+		c.Close()
+	}
+}
+
+// closeAll closes the connections open now and any accepted later.
+func (l *trackedListener) closeAll() {
+	l.mu.Lock()
+	l.closed = true
+	conns := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// trackedConn is a connection of a trackedListener.
+type trackedConn struct {
+	net.Conn
+	l *trackedListener
+}
+
+// Close closes the connection and forgets it.
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
+}
