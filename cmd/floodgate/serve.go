@@ -513,8 +513,9 @@ func grpcOptions(f *serveFlags) ([]grpc.ServerOption, error) {
 	return rls.ServerOptions(l)
 }
 
-// maxGRPCMsgSize bounds --grpc-max-msg-size, in bytes: a request that
-// large would already hold a connection's memory a long time.
+// maxGRPCMsgSize bounds --grpc-max-msg-size, in bytes: each of a
+// connection's --grpc-max-streams calls may hold that much, and a
+// larger limit would bound nothing.
 const maxGRPCMsgSize = 1 << 30
 
 // trackedListener keeps the connections it accepted until they close, so
