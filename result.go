@@ -99,10 +99,8 @@ func result(specs []core.Spec, d *core.Decision) (r Result) {
 // fillVerdict fills r, a zero Result, with the verdict of the limit sp, at
 // index i: the memory store's hot path, without a Decision. It fills r in
 // place, so that Limiter.AllowN writes its own result once rather than
-// building a Result and copying it. On one hot key of the memory store
-// that saved 3-5% of a decision serially (two sets of eight alternating
-// runs of bench's BenchmarkMemoryVsXTimeRate, medians 93 → 88 and 96 → 93
-// ns); on 10,000 keys and in parallel the sets disagreed, within noise.
+// building a Result and copying it: a copy is a visible part of a
+// decision this short (bench's BenchmarkMemoryVsXTimeRate guards it).
 func fillVerdict(r *Result, sp *core.Spec, v *core.Verdict, i int) {
 	r.Allowed, r.Quota, r.Remaining, r.Index, r.Name = v.Allowed, sp.Quota, v.Remaining, i, sp.Name
 	r.ResetAfter = time.Duration(max(v.Reset, 0)) * time.Microsecond // below 2^53 µs: no overflow

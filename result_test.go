@@ -12,10 +12,8 @@ import (
 // through memory, and a Result of 72 bytes, with Allowed alone in the
 // first word, was copied in five 16-byte moves of which the last
 // overlapped the fourth, so that reading a Result just written waited
-// for both stores: on an Intel Xeon VM, a decision on one hot key of
-// the memory store took 92 ns at 64 bytes against 99 at 72, and 115
-// against 123 on 10,000 keys (BenchmarkMemoryVsXTimeRate in bench/, ten
-// alternating runs of each build, medians).
+// for both stores, which slowed every decision of the memory store
+// (BenchmarkMemoryVsXTimeRate in bench/ guards it).
 func TestResultSize(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("the layout is measured on 64-bit platforms")

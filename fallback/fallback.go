@@ -19,8 +19,8 @@
 // when the primary answers probes again, each of them is brought down on
 // the primary to what the local limiter has left (core.Charger) before
 // decisions go back to it: what was admitted locally is not handed out a
-// second time, even by a Redis that restarted empty. The README states
-// the bound that remains and how it was measured.
+// second time, even by a Redis that restarted empty. docs/fallback.md
+// states the bound that remains and how it is measured.
 //
 //	rs, _ := redisstore.NewFromURL("redis://127.0.0.1:6379/0", nil)
 //	store := fallback.New(rs, &fallback.Options{Instances: 4})
@@ -46,7 +46,7 @@ import (
 // Policy is what a Store answers while its primary store is failing.
 type Policy uint8
 
-// The policies; the README compares them.
+// The policies; docs/fallback.md compares them.
 const (
 	// Local answers from a local in-memory limiter that applies each
 	// limit's share (core.Spec.Share) of Instances. Limiting goes on, per process, at about

@@ -353,7 +353,7 @@ func mustSpec(s core.Spec, err error) core.Spec {
 // long script or a fork stalls it). Before the fallback synced its local
 // limiter and settled its ledger, the stalls admitted 160-263 per second
 // and an outage one extra burst per switch. The bound asserted is the
-// README's: at most the callers in flight on the key per switch.
+// one docs/fallback.md states: at most the callers in flight on the key per switch.
 func TestNoDoubleAdmission(t *testing.T) {
 	const callers = 8
 	limit := floodgate.TokenBucket(100, time.Second, 100)

@@ -109,15 +109,10 @@ type batcher struct {
 }
 
 // smallBatch is the batch size below which the batcher lets maxInflight
-// script calls out, rather than a quarter as many. Measured with 8 to 64
-// goroutines deciding on 10,000 keys of one local redis-server on a
-// 2-core VM (bench's redisbench -goroutines, see Options.MaxInflight): at
-// 8, eight calls in flight carried one decision each and made 1.04-1.08
-// times the decisions of four, whose batches were of 1.6, and four made
-// 1.2 times those of two; at 16, eight (batches of 1.7) and four (2.8)
-// decided about alike; at 32 and 64, two in flight, with batches of 7 and
-// 13, decided as many as three or four, and on a slower VM two made 1.09
-// times the decisions of four at 64.
+// script calls out, rather than a quarter as many: small batches mean the
+// wait is the round trip, which parallel calls shorten; large ones mean
+// Redis is the bottleneck, which fewer, larger calls relieve. Guarded by
+// bench's redisbench at 8 and 64 goroutines.
 const smallBatch = 4
 
 func newBatcher(s *Store, maxInflight, maxBatch int, timeout time.Duration, now func() time.Time) *batcher {
@@ -200,19 +195,14 @@ func (c *call) wait() {
 // more.
 //
 // Three rather than two: with two, Redis waited between calls while the
-// client read one's reply and the next gathered. At 64 goroutines on
-// 10,000 keys of a 2-core Intel VM (bench's redisbench, side by side with
-// redis_rate in the same runs), two made 2.73-3.14 times redis_rate's
-// decisions in five runs and three 3.04-3.55 in five (medians 2.90 and
-// 3.21); on one key both 4.55-5.14 in two each. On other 2-core VMs, two
-// had decided as many as three or four.
+// client read one's reply and the next gathered. Guarded by bench's
+// redisbench at 64 goroutines on 10,000 keys.
 //
 // While a large batch is in flight, Redis is busy with it: a call that
 // went out beside it with the first caller to come would wait behind it
-// there, and cost Redis and the client a script call for one decision.
-// Requests that reach the store one at a time (a service's, through its
-// server) made about half of floodgate serve's script calls such calls of
-// one. So they wait for company here instead, and go with half a batch,
+// there, and cost Redis and the client a script call for one decision;
+// requests that reach the store one at a time (a service's, through its
+// server) would often make such calls of one. So they wait for company here instead, and go with half a batch,
 // early enough to keep Redis busy, or when nothing is in flight.
 func (b *batcher) room(k int) bool {
 	limit := b.smallLimit()
@@ -253,17 +243,10 @@ func (b *batcher) smallLimit() int {
 // trip, more in parallel shorten it. With a fixed number of callers, the
 // least wait is also the most decisions a second.
 //
-// Climbing replaces a rule that compared the round trips with the least
-// round trip of a call of one: on a 2-core Intel VM that least (16µs) was
-// far below any load's typical round trip, so the rule always shrank the
-// room to two, although eight in flight decided more there, while on a
-// slow 2-core AMD VM four had decided 1.2-1.6 times as much as eight. The
-// windows' means are noisy on a shared machine, so the limit wanders a
-// step or two around the best; that costs little, as the wait changes
-// slowly near the best. On the Intel VM, at 8 goroutines on 10,000 keys
-// (a loop like bench/cmd/redisbench's cell, floodgate alone, six runs of
-// 3s alternating with the others, medians), climbing made 39,800
-// decisions a second, the old rule 34,300, and a fixed eight 40,800.
+// Climbing, rather than a fixed rule, because the best number in flight
+// differs from machine to machine. The means are noisy, so the limit
+// wanders a step or two around the best, which costs little: the wait
+// changes slowly near it. Guarded by bench's redisbench at 8 goroutines.
 const adaptEvery = 256
 
 // adapt records a script call of k decisions whose waits add up to wait
@@ -370,11 +353,9 @@ type masterQueue struct {
 }
 
 // masterInflight is how many pipelines a Cluster master may have in
-// flight. With Clusters of 1, 3 and 6 masters on one 2-core VM (bench's
-// redisbench -cluster, 64 goroutines on 10,000 keys), four made 1.75×,
-// 1.55× and 1.22× redis_rate's decisions, two 1.63×, 1.53× and 1.20×; on
-// a real network, where a round trip is longer, more in flight keep a
-// master busier.
+// flight: four decided more than two even on loopback, and on a real
+// network, where a round trip is longer, more in flight keep a master
+// busier. Guarded by bench's redisbench -cluster.
 const masterInflight = 4
 
 // doCluster is do on a Cluster. Calls queue by the master of their slot,

@@ -5,9 +5,9 @@
 -- decides with the same decideBucket and decideFixed (prelude.lua) as
 -- decide.lua, and reads and writes the same states (see parseBucket and
 -- parseFixed); the conformance suite and the differential fuzz test run
--- through it. It exists because a lone decision costs Redis about a third
--- of the instructions that decide.lua's general batch machinery does, and
--- that is the latency of a single caller. Batches of such decisions go through
+-- through it. It exists because decide.lua's general batch machinery
+-- costs Redis several times a lone decision's own work, and that is the
+-- latency of a single caller. Batches of such decisions go through
 -- it too (bucketBatch): one call, in which MGET reads most of the batch's
 -- states (see bucketBatch), and each key is written once.
 -- (prelude.lua comes first. As a script, init() is called before this
@@ -79,9 +79,8 @@ end
 -- says, see bucketBatch) keeps its state in a table for the call, in seen:
 -- read once, and written once by bucketFlush, each decision seeing the
 -- ones before it, as decide.lua does. Those tables are reused by the
--- calls after it: building a table of a dozen fields was a twentieth of a
--- bucket decision's instructions in Redis (callgrind, batches of 16). In
--- the library, whose locals outlive a call, each kind keeps up to
+-- calls after it, since building a table of a dozen fields is a visible
+-- part of a decision's cost in Redis. In the library, whose locals outlive a call, each kind keeps up to
 -- POOL_MAX tables; a call takes them in order from the first (bucketBatch
 -- starts it over) and newBucket and newWindow set every field of each, so
 -- nothing of an earlier call remains. (A script's chunk runs at every
@@ -203,9 +202,8 @@ end
 -- (0 for none): with the expiry px (ms), or keeping the key's own
 -- (false). A value of the same length is written over the old one in
 -- place (SETRANGE), which keeps the expiry as SET's KEEPTTL does, but
--- answers a number, where SET's status reply becomes a table in Lua:
--- about 3% fewer instructions per decision in Redis (callgrind, batches
--- of 20 over 500 keys). Its offset is a string, and so is the expiry
+-- answers a number, where SET's status reply becomes a table in Lua.
+-- Its offset is a string, and so is the expiry
 -- (fmt): Redis would format a number argument with %.17g, which costs
 -- more.
 local function writeState(key, v, size, px)
@@ -223,8 +221,8 @@ end
 -- at one instant, as decide.lua's are. bucketBatch and bucketOne start
 -- each call with none. A decision takes callNow when it is set, and calls
 -- serverTime (callTime, or timeMicros for a lone call) only when it is
--- not: a Lua call costs Redis several hundred instructions, and most of a
--- batch's decisions would make it just to read callNow. (Functions of the
+-- not: a Lua call is not free, and most of a batch's decisions would
+-- make it just to read callNow. (Functions of the
 -- chunk's, rather than ones made for each call, which would leave Lua's
 -- collector one more object per call.)
 local callNow = false
@@ -237,8 +235,7 @@ end
 -- the requests of one Policy with one cost on the server's clock (now -1)
 -- carry the same bytes, which Lua holds as one string, so each decision
 -- after the first of them, in this call or a later one, compares two
--- pointers instead of unpacking (a thirtieth of a decision's instructions
--- in Redis). A script's chunk, run at every call, starts with none. bMode
+-- pointers instead of unpacking again. A script's chunk, run at every call, starts with none. bMode
 -- is what the argument does with its cost bN: TAKE, or REFUND for a
 -- negative cost, whose amount bN then holds.
 local bArg, bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr = false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
@@ -327,14 +324,11 @@ end
 -- the call names, every lone decision's and most of a batch's over many
 -- keys: the same decision, on the key's state in locals, written at once;
 -- raw is the key's value if the call read it already (see readBucket).
--- A table for the state, and the call's table of them, cost Redis about a
--- tenth of such a decision's instructions (callgrind, batches of 20 over
--- 500 keys); on a key that a batch names many times, reading and writing
--- the key once costs less than they do. A Lua call costs Redis several
--- hundred instructions, so the commonest state, one that MGET read for a
--- key without an override, skips readBucket, and its commonest write
--- skips fmtBucket and writeState: a tenth fewer instructions per decision
--- again (34.7k to 31.2k, same measure).
+-- A table for the state, and the call's table of them, would cost more
+-- than the decision itself saves unless a batch names the key many
+-- times. For the same reason (a Lua call is not free), the commonest
+-- state, one that MGET read for a key without an override, skips
+-- readBucket, and its commonest write skips fmtBucket and writeState.
 local function decideBucketLone(key, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
@@ -378,8 +372,7 @@ local function decideBucketLone(key, arg, serverTime, raw)
       -- out: the short form of a key without an override, over a value
       -- of that form, keeping the key's expiry. What changes is tat and
       -- d, after the byte that says the form; e is the one read (px is
-      -- false). Two numbers pack for about 600 instructions less than
-      -- four.
+      -- false). Two numbers pack for less than four.
       call('SETRANGE', key, '1', spack('>dd', nt, nt - t))
     else
       writeState(key, fmtBucket(nt, nf, R, t, sk, e, not oraw), size, px)
@@ -653,16 +646,15 @@ local function markAbsent(vals, keys, base)
 end
 
 -- groupSizes remembers the size of each group mark ("g<count>") that
--- bucketBatch read, one entry per size: tonumber costs Lua about two
--- thousand instructions (C's strtod), looking up the interned mark a few
--- dozen. A script's chunk, run at every call, starts with none.
+-- bucketBatch read, one entry per size: tonumber (C's strtod) costs Lua
+-- far more than looking up the interned mark. A script's chunk, run at every call, starts with none.
 local groupSizes = {}
 
 -- records holds a batch's records until they are joined into its reply:
 -- one table for every call (in a script's chunk, which runs at every
 -- call, one per call), which a call fills from the start, so that what an
--- earlier call left after its end is never read. Filling a new table cost
--- Redis a few hundred instructions per record, as it grew.
+-- earlier call left after its end is never read. A new table would grow,
+-- and reallocate, at every call.
 local records = {}
 
 -- bucketBatch decides, in order, one request per key of KEYS, each on the
@@ -684,8 +676,8 @@ local function bucketBatch(keys, argv)
   local out, serverTime = records, callTime
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
   -- The requests on keys of their own come first (see lonesFirst in
-  -- fastpath.go), and one MGET reads their states: a call from Lua costs
-  -- Redis some thousands of instructions besides the command's own work.
+  -- fastpath.go), and one MGET reads their states: each call from Lua has
+  -- a fixed cost besides the command's own work.
   local lone, na, pre = 0, #argv, false
   while lone < na do
     local size = #argv[lone + 1]

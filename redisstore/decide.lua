@@ -74,8 +74,7 @@ local overrides
 
 -- num is tonumber for the short arguments of a request (its count of
 -- limits, its cost, its limits' indexes and now = -1): tonumber runs C's
--- strtod, some two thousand instructions, where a table lookup takes a
--- tenth of that. It remembers the numbers of strings of at most 4
+-- strtod, far dearer than a table lookup. It remembers the numbers of strings of at most 4
 -- characters, which a library keeps from one call to the next (at most
 -- NUMS_MAX of them; a script starts afresh at every call).
 local nums, nnums, NUMS_MAX = {}, 0, 4096

@@ -20,10 +20,10 @@ import (
 
 // This file is the fast path: one request on one bucket limit or one
 // fixed window that is not a calendar window (the commonest decisions,
-// and every Envoy descriptor's), decided by bucket.lua, which costs Redis
-// about a third of the instructions of decide.lua for a lone decision. On Redis 7
-// and later it runs as a function of a library (FUNCTION LOAD, FCALL);
-// elsewhere, or when an ACL refuses functions, as a script (EVALSHA).
+// and every Envoy descriptor's), decided by bucket.lua, which spares them
+// decide.lua's general batch machinery. On Redis 7 and later it runs as a
+// function of a library (FUNCTION LOAD, FCALL); elsewhere, or when an ACL
+// refuses functions, as a script (EVALSHA).
 
 //go:embed bucket.lua
 var bucketSource string

@@ -26,8 +26,8 @@ end
 -- FLOOR: for x >= 0, floor(x) is written x - x % 1, which is exactly
 -- math.floor(x) (x % 1 is x - floor(x), x's fraction, which a double
 -- holds exactly), where the decisions of the fast path run it: an
--- operator, where math.floor is a call of a C function, which costs Redis
--- some hundred instructions more, several times per decision.
+-- operator, where math.floor is a call of a C function, several times
+-- per decision.
 
 -- mulDiv is core.MulDiv: floor(a*b/c) and remainder, exactly, for
 -- 0 <= a, b and 0 < c < 2^52.
@@ -124,9 +124,8 @@ local function fmt(x) return format('%d', x) end
 -- timeMicros reads the server's clock, TIME, in µs. TIME answers two
 -- decimal strings, seconds and microseconds. The seconds, which change
 -- once a second, are kept with the string they were read from (Lua holds
--- equal strings as one, so comparing them compares two pointers): reading
--- their ten digits with tonumber (C's strtod) was about 1,200 of a lone
--- decision's 78,600 instructions in Redis. In a script, whose chunk runs
+-- equal strings as one, so comparing them compares two pointers), since
+-- tonumber (C's strtod) is dear next to a lone decision. In a script, whose chunk runs
 -- at every call, they are read each time.
 local timeSecText, timeSec = false, 0
 local function timeMicros()

@@ -45,102 +45,47 @@ import (
 )
 
 // Options configures a Store. The zero value (or nil) gives the defaults.
+// docs/redis.md describes each option at length.
 type Options struct {
 	// Prefix is prepended to every Redis key. Default: "floodgate:".
 	Prefix string
 	// Clock, when set, replaces the Redis server's TIME as the source of
-	// time; the conformance tests use it. An injected clock does not move
-	// Redis's own expiry clock, so keys are then kept ten minutes longer
-	// than they need to be. Default: nil, server time.
+	// time (the conformance tests use it). Redis's expiry clock does not
+	// follow it, so keys are then kept ten minutes longer. Default: nil,
+	// server time.
 	Clock floodgate.Clock
 	// DisableBatching sends every decision in a script call of its own.
-	// By default, decisions made while others are in flight are sent
-	// together, in one script call (on a Cluster, one pipeline per master
-	// with a script call per slot), which multiplies throughput under
-	// concurrency; a decision that finds nothing in flight is sent at
-	// once, so batching adds no latency to a lone caller. Results are the
-	// same either way.
+	// By default decisions made while others are in flight go together in
+	// one script call; a decision that finds nothing in flight goes at
+	// once. Results are the same either way. Default: false.
 	DisableBatching bool
-	// MaxInflight is how many script calls (batches) may be in flight at
-	// once on a standalone server. Default: 8, so that up to eight
-	// concurrent callers each have a script call of their own and wait
-	// only for their round trip.
-	//
-	// While the script calls carry 4 requests or more on average (a group
-	// counting as one), a quarter as many (rounded up), but at least 3, go
-	// out: batches that large mean that many decisions wait, Redis (or the
-	// CPU the client shares with it) is the bottleneck, each script call
-	// costs about as much as a few decisions, and with a call for Redis
-	// to run while the client reads another's reply and the next batch
-	// gathers, a busy Redis stays busy with the fewest, largest batches.
-	// Then a script call goes out beside another only with at least half
-	// as many requests as they carry: a request that arrives alone while
-	// one is in flight (a service's requests reach the store one at a
-	// time) waits for the next batch, as it would wait behind that call in
-	// Redis, rather than costing a script call of its own.
-	//
-	// With smaller batches the number in flight, between 2 and
-	// MaxInflight, follows the callers' wait: every 256 script calls it
-	// moves a step, and keeps its direction while the mean wait of a
-	// decision falls. Where the wait is the round trip (a slow network, an
-	// idle Redis), more calls in parallel shorten it; where calls wait for
-	// each other in Redis (or for the CPU the client shares with it),
-	// fewer, each carrying more requests for less of Redis's time per
-	// request, do.
-	//
-	// On a Cluster each master has up to four pipelines in flight at a
-	// time, whatever MaxInflight says, and the calls for its slots that
-	// arrive meanwhile go together in its next one, a script call per
-	// slot in one round trip, so a slow master holds up only its own
-	// slots.
+	// MaxInflight is the most script calls in flight at once on a
+	// standalone server. While calls carry 4 requests or more, 3 go out
+	// (a busy Redis does best with the fewest, largest batches); below
+	// that the number moves between 2 and MaxInflight to where callers
+	// wait least. On a Cluster each master has up to four pipelines in
+	// flight instead. Default: 8.
 	MaxInflight int
-	// MaxBatch is the most decisions in one batch. Default: 128.
+	// MaxBatch is the most decisions in one script call. Default: 128.
 	MaxBatch int
-	// DenialCache answers locally, without a round trip, a request that
-	// Redis denied a moment ago: same key, same limits, same cost, before
-	// the retry-after Redis gave has passed. The answer is the one Redis
-	// would give: besides time, only a refund, an override or a reset can
-	// let such a request pass, and whichever process makes one publishes
-	// it on the channel floodgate:lifts and waits (up to LiftWait) until
-	// every Store with this option has dropped the key's cached denial,
-	// before the change returns. Such Stores subscribe to the channel, on
-	// a connection of their own, and answer from the cache only while
-	// subscribed. It covers the token bucket, leaky bucket, GCRA, fixed
-	// window and sliding log, not the sliding window counter (whose retry
-	// is estimated). Such results have Source floodgate.SourceCache, the
-	// Remaining of the denial, and RetryAfter less the time since. It
-	// cuts the cost of abusive clients hammering a denied key. It answers
-	// the requests of a group (TakeGroup) too, each as it would be alone,
-	// unless the group is all or nothing or an earlier request of the
-	// group is on the same key; the others go to Redis in one call as
-	// before. Forced charges are never answered from it. Default: off.
+	// DenialCache answers locally a request that Redis denied a moment ago
+	// (same key, limits and cost) until the retry-after Redis gave, with
+	// Source floodgate.SourceCache: exactly Redis's answer, since a refund,
+	// an override or a reset in any process lifts it everywhere through
+	// the channel floodgate:lifts (waiting at most LiftWait). Not for the
+	// sliding window counter, peeks or forced charges. Default: false.
 	DenialCache bool
-	// Leases, when set, lets a process admit requests on a hot key from a
-	// lease: when a key of a lone bucket limit (token bucket, leaky bucket,
-	// GCRA) is decided more than eight times within a lease's time, its
-	// next request also takes a lease of several units from Redis, in the
-	// same charge, and the process admits the key's next requests from it
-	// locally, with Source floodgate.SourceLease, until it is used up or
-	// its time is up; what is left then goes back with a refund. Every unit was taken from
-	// the shared limit first, so leases never over-admit. What they cost
-	// is fairness between processes: units one process holds can delay
-	// another process's request on the key by at most the lease's time, and
-	// a lease's admissions report Redis's Remaining at the take plus the
-	// lease's units left. A lease is at most LeaseOptions.Share of the
-	// quota and LeaseOptions.Time of the rate (by default a hundredth and
-	// 10ms), and a limit whose lease would be under 2 units gets none. A
-	// reset or an override of the key, in any process, ends the leases on
-	// it (with the lifts of DenialCache); a refund, which only gives units
-	// back, does not. Default: nil, no leases.
+	// Leases lets a process admit requests on a hot key of a lone bucket
+	// limit from units it took from Redis ahead, with Source
+	// floodgate.SourceLease; leases never over-admit, and delay other
+	// processes on the key by at most a lease's units and time. A reset or
+	// an override ends them everywhere. Default: nil, no leases.
 	Leases *LeaseOptions
-	// DisableFunctions runs decisions as scripts with EVALSHA even on
-	// Redis 7 and later, where by default the Store loads its scripts as a
-	// Redis function library (FUNCTION LOAD, named floodgate_<hash>) and
-	// calls its functions with FCALL, which costs Redis less. The Store
-	// falls back to EVALSHA by itself where functions are missing (Redis
-	// 6) or refused (an ACL without FUNCTION or FCALL), and reloads the
-	// library after FUNCTION FLUSH or a failover to a server without it.
-	// Default: off.
+	// DisableFunctions calls the scripts with EVALSHA even on Redis 7,
+	// where by default they are a function library (floodgate_<hash>)
+	// called with FCALL, which costs Redis less. The Store falls back to
+	// EVALSHA by itself where functions are missing or an ACL refuses
+	// them. Default: false.
 	DisableFunctions bool
 }
 

@@ -1322,7 +1322,7 @@ func TestSentinel(t *testing.T) {
 	if len(errs) != 0 || back == 0 || back > 10*time.Second {
 		t.Fatalf("after the failover: %d errors, back on Redis after %s, want none and within 10s", len(errs), back)
 	}
-	// The bound of the fallback's README section: the callers in flight
+	// The bound of docs/fallback.md: the callers in flight
 	// per switch.
 	if bound := int(sw/2+1) * 8; admitted-want > bound {
 		t.Errorf("admitted %d over the exact %d, more than %d", admitted-want, want, bound)

@@ -69,10 +69,8 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 	if fast, groups := s.allFast(calls); fast && !s.noFastPath {
 		// A batch of two or more goes out as one call of bucketBatch
-		// rather than as a pipeline of one call each: at 8 goroutines,
-		// where batches carry about two decisions, that made 3-20% more
-		// decisions on 10,000 keys and 3-7% more on one, with less CPU
-		// per decision on both sides, in three alternating pairs each.
+		// rather than as a pipeline of one call each: one call costs
+		// both sides less per decision (bench's redisbench, 8 goroutines).
 		if len(calls) == 1 && !groups {
 			s.sendBucket(ctx, calls[0])
 		} else {

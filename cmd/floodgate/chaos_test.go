@@ -29,14 +29,14 @@ import (
 // after the fault was healed decisions came from Redis again.
 //
 // The test command runs the short form and asserts the bounds; the full
-// form, with longer faults, prints the README's table:
+// form, with longer faults, prints docs/fallback.md's table:
 //
 //	go test -run Chaos -v ./cmd/floodgate -args -chaos.full
 var chaosFull = flag.Bool("chaos.full", false, "run the chaos test at full length and print its table")
 
 // chaosCallers is how many callers post decisions on the key; the bound
-// on over-admission is this many per outage (the README's fallback
-// section).
+// on over-admission is this many per outage (docs/fallback.md,
+// "No double admission").
 const chaosCallers = 4
 
 // chaosLimit is the rule's limit: 100 per second, bursts of 100.

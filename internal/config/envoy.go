@@ -27,7 +27,7 @@ import (
 //	      burst: 10
 //
 // It is validated as envoyproxy/ratelimit validates it, and more strictly
-// where that one is silent (see the README's table of differences).
+// where that one is silent (see docs/envoy.md's table of differences).
 
 // Unit is a rate_limit's unit, numbered as the RLS v3 API's
 // RateLimitResponse.RateLimit.Unit.

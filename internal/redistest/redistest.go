@@ -236,7 +236,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 	// Redis waits 5s before a diskless sync, to gather replicas; the
 	// replica must hold the master's data before a failover. The master
 	// refuses writes once no replica is connected (min-replicas-to-write
-	// 1), as the README advises: after a promotion, the old master then
+	// 1), as docs/redis.md advises: after a promotion, the old master then
 	// stops deciding at once instead of admitting what the new master
 	// never learns of.
 	s := &Sentinel{MasterName: "mymaster", Master: Start(t, "--repl-diskless-sync-delay", "0", "--min-replicas-to-write", "1", "--min-replicas-max-lag", "1")}

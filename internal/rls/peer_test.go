@@ -200,7 +200,7 @@ func desc(kv ...string) *rlcommon.RateLimitDescriptor {
 // randomRequest makes a request of one to three descriptors.
 //
 // With the atomic option, the requests stay where envoyproxy/ratelimit's
-// GET-then-INCR approximation is exact (the README lists the rest): every
+// GET-then-INCR approximation is exact (docs/envoy.md lists the rest): every
 // hit counts one (with more, it still adds the hits of the descriptor
 // that goes over), no counter comes twice in a request (it checks each
 // against the count before the request), and no shadow_mode limit (one

@@ -94,8 +94,8 @@ type envoyCheck struct {
 
 // ShouldRateLimit is RLS v3's RateLimitService.ShouldRateLimit. It decides
 // each descriptor of req against the domain's limits (or the limit the
-// descriptor carries) and answers as envoyproxy/ratelimit does; see the
-// README for the differences. Its errors wrap ErrBadRequest (an empty
+// descriptor carries) and answers as envoyproxy/ratelimit does; see
+// docs/envoy.md for the differences. Its errors wrap ErrBadRequest (an empty
 // domain, no descriptors, a descriptor limit with no unit) or are the
 // store's.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {

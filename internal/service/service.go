@@ -35,8 +35,8 @@ const MaxKeyLen = 512
 
 // MaxDescriptors is the most descriptors of one Envoy request. Envoy
 // sends one per rate limit action of a route, a handful; a request's
-// descriptors are decided in one script call, which holds Redis for about
-// 10µs a descriptor, and every other decision waits for it.
+// descriptors are decided in one script call, which holds Redis while it
+// runs, and every other decision waits for it.
 const MaxDescriptors = 1000
 
 // Decision is the outcome of a check against a rule.
