@@ -21,7 +21,7 @@
 // s (sliding window counter) or l (sliding log). A key containing { or }
 // is tagged by a hash of it instead: <prefix>{<hash>}<key>:<index><kind>.
 // All the keys of one decision share the hash tag, so they live in one
-// Cluster slot. The first three kinds are strings of a few integers; the
+// Cluster slot. The first three kinds are strings (binary for b and f); the
 // sliding log is a sorted set with one member per admitted unit, never
 // more than the limit. Every key expires when its limit is back to full,
 // so an idle key costs nothing, and a missing key means "full".

@@ -223,6 +223,10 @@ func runDocBlocks(t *testing.T, root string, cmds []docCommand, redisAddr string
 	var srv *docServer
 	t.Cleanup(func() { srv.stop() })
 	for _, c := range cmds {
+		if recursive.MatchString(c.line) {
+			t.Errorf("%s: %s runs the tests, this one included: mark its block <!-- norun: why -->", c.where, c.line)
+			continue
+		}
 		if isServe(c.line) {
 			srv.stop()
 			srv = startDocServer(t, root, c, redisAddr)
@@ -234,6 +238,10 @@ func runDocBlocks(t *testing.T, root string, cmds []docCommand, redisAddr string
 		runDocCommand(t, root, c, srv, redisAddr)
 	}
 }
+
+// recursive matches the commands that run the test suite, or tests: they
+// would run TestDocs again, or take minutes.
+var recursive = regexp.MustCompile(`(^|[;&|(]\s*)(\./)?scripts/test\b|\bgo test\b`)
 
 var (
 	bannerHTTP = regexp.MustCompile(`^HTTP API on https?://(127\.0\.0\.1:\d+)`)
@@ -477,5 +485,20 @@ func TestParseDocBlocks(t *testing.T) {
 	}
 	if _, err := parseDocBlocks("f.md", "```sh\nx\n"); err == nil {
 		t.Error("an unterminated block parsed")
+	}
+}
+
+func TestRecursive(t *testing.T) {
+	for line, want := range map[string]bool{
+		"./scripts/test":                     true,
+		"scripts/test   # all":               true,
+		"cd x && ./scripts/test":             true,
+		"go test -run Chaos ./cmd/floodgate": true,
+		"go run ./examples/quickstart":       false,
+		"curl -s localhost:8080/v1/test":     false,
+	} {
+		if got := recursive.MatchString(line); got != want {
+			t.Errorf("recursive(%q) = %v, want %v", line, got, want)
+		}
 	}
 }
