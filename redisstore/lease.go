@@ -186,8 +186,8 @@ func (l *leases) take(ctx context.Context, p *policy, key string, n int64) (d co
 		}
 	}
 	// A key is watched without a lock: most keys are not hot, and taking
-	// the shard's lock and its maps for each of their decisions cost a
-	// tenth of the client's CPU on 10,000 keys at 64 goroutines.
+	// the shard's lock and its maps for each of their decisions would
+	// cost every decision (BenchmarkLeaseManyKeys guards it).
 	if !leased && !l.hot(h, now) {
 		return core.Decision{}, false, nil
 	}

@@ -158,8 +158,8 @@ end
 -- server's clock) until which the key's expiry is known to hold, or 0
 -- (see bucketExpiry in bucket.lua). The byte says which form, and whether
 -- the key may have an override: 1 and 2 (short, long) say it has none, so
--- that the fast path need not look; 3 and 4 that it may. Reading it costs Redis a sixth
--- of parsing the same numbers in decimal. parseBucket returns tat, f, R,
+-- that the fast path need not look; 3 and 4 that it may. Binary, because
+-- parsing the numbers in decimal is dear in Redis. parseBucket returns tat, f, R,
 -- last, skew, e and whether the key has no override (f, R and skew 0 in
 -- the short form), or nil for anything else (an error reply that GET
 -- returned too). It also reads the decimal

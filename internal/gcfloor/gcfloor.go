@@ -8,8 +8,9 @@
 // load it collects dozens of times a second, and each cycle costs the same
 // however little it finds: scanning every goroutine's stack, shrinking the
 // idle ones (which then grow again), assists charged to the requests. A
-// floor of 64 MiB cut floodgate serve's CPU per gRPC request by about a
-// quarter.
+// floor lets the heap grow enough between collections that they become
+// rare (internal/service's BenchmarkShouldRateLimit shows the CPU per
+// request).
 //
 // With a floor F, after each collection that left L bytes live the next
 // one starts when the heap has grown by about max(L, F): GOGC=100 for a

@@ -425,11 +425,9 @@ func runInterleaved(ds []decider, sc scenario, dur time.Duration) []result {
 // inProcessSlices is how many turns each in-process peer takes in a run.
 // A decision there takes a tenth of a microsecond and no peer waits for
 // anything, so a run measures the CPU that the machine gives the process;
-// on a shared VM that dropped by a quarter for seconds at a time (a run
-// in which floodgate's memory store used 1.46 cores, and x/time/rate's
-// 2.05 beside it, at 0.11 and 0.12µs of CPU a decision), and runs of 3s
-// one peer after the other let such a stall fall on one peer's runs.
-// Slices of a tenth of the run spread it over both.
+// on a shared VM that drops for seconds at a time, and runs of 3s one
+// peer after the other let such a stall fall on one peer's runs. Slices
+// of a tenth of the run spread it over both.
 const inProcessSlices = 10
 
 // runSliced runs ds, in-process peers, on sc for dur each, in

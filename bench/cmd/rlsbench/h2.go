@@ -24,8 +24,7 @@ import (
 // requests are gRPC on the wire, byte for byte what a gRPC client sends;
 // only the client side is lean. The generator shares the machine's two
 // cores with the service it measures, and a gRPC-Go client's cost per
-// call (goroutines, a writer loop, a timer per deadline: 20–37µs of CPU a
-// request of floodgate's at 64 callers on the VMs measured) was taken from
+// call (goroutines, a writer loop, a timer per deadline) was taken from
 // both services alike, where Envoy's own cost is on other machines. The
 // -client grpc generator (runGRPC) is kept, for comparison.
 
