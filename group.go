@@ -44,7 +44,7 @@ type Request struct {
 // requests are decided one after another and an undone group is refunded
 // afterwards: the Results are the same, but others may see the charges for
 // that moment. A group of any size is one step, so on Redis a large one
-// holds the server for its whole script call (some µs a request): keep
+// holds the server for its whole script call, a little per request: keep
 // groups to the requests of one call.
 //
 // Its errors are AllowN's, for the first request that has one (a nil
