@@ -2,15 +2,12 @@ package storetest
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,14 +17,16 @@ import (
 
 // The peer vectors are test vectors taken from other rate limiters' tests
 // and documentation (redis-cell, go-redis/redis_rate, golang.org/x/time/rate,
-// go-zero, throttled, Cloudflare). They live in the team's shared folder,
-// shared/vectors/peer-vectors.json beside the repository, or at the path in
-// $FLOODGATE_VECTORS. When the file cannot be found the vector tests are
-// skipped, unless $FLOODGATE_REQUIRE_VECTORS is 1 (floodgate's own test
-// script sets it), in which case they fail.
+// go-zero, throttled, Cloudflare, RussellLuo/slidingwindow), each with its
+// source: repository, commit, file and line. They are embedded from
+// testdata/peer-vectors.json, so that every importer of storetest runs them
+// on its store, with nothing to find beside the repository.
 //
 // Where floodgate deliberately differs from a peer, the runner says so in
 // one place (vectorDeviations) and checks floodgate's documented value.
+
+//go:embed testdata/peer-vectors.json
+var peerVectors []byte
 
 // notApplicable lists the vectors that a Store cannot be checked against,
 // with the reason and where they are checked instead, if anywhere.
@@ -49,13 +48,29 @@ and go-zero's TokenLimiter counts whole seconds, so it admits up to a
 second's worth of tokens more than the exact burst + rate*elapsed that
 floodgate admits (its test's "at least 15" over 990ms is 14 here).`
 
+// vector is one entry of testdata/peer-vectors.json.
 type vector struct {
 	ID        string         `json:"id"`
-	Source    string         `json:"source"`
+	Peer      string         `json:"peer"`
+	Repo      string         `json:"repo"`
+	Commit    string         `json:"commit"`
+	File      string         `json:"file"`
+	Line      int            `json:"line"`
+	URL       string         `json:"url"`
 	Algorithm string         `json:"algorithm"`
+	Clock     string         `json:"clock"`
 	Params    map[string]any `json:"params"`
 	Steps     []vectorStep   `json:"steps"`
+	Note      string         `json:"note"`
 	raw       json.RawMessage
+}
+
+// source says where v comes from: repository, file and line, or the page.
+func (v *vector) source() string {
+	if v.URL != "" {
+		return v.URL
+	}
+	return fmt.Sprintf("%s/blob/%s/%s#L%d", v.Repo, v.Commit, v.File, v.Line)
 }
 
 type vectorStep struct {
@@ -71,67 +86,45 @@ type vectorStep struct {
 	Tolerance map[string]float64 `json:"tolerance_ms"`
 }
 
-// loadVectors finds and parses the peer vectors. It returns the path it
-// read, or "" if there is no file to read.
-func loadVectors() ([]vector, string, error) {
-	path := os.Getenv("FLOODGATE_VECTORS")
-	if path == "" {
-		dir, err := os.Getwd()
-		if err != nil {
-			return nil, "", err
-		}
-		for i := 0; i < 8; i++ {
-			p := filepath.Join(dir, "shared", "vectors", "peer-vectors.json")
-			if _, err := os.Stat(p); err == nil {
-				path = p
-				break
-			}
-			dir = filepath.Dir(dir)
-		}
-		if path == "" {
-			return nil, "", nil
-		}
+// loadVectors parses the embedded peer vectors, and checks that each one
+// names its source.
+func loadVectors() ([]vector, error) {
+	var doc struct {
+		Vectors []json.RawMessage `json:"vectors"`
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, path, err
+	if err := json.Unmarshal(peerVectors, &doc); err != nil {
+		return nil, fmt.Errorf("testdata/peer-vectors.json: %w", err)
 	}
-	var raw []json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, path, fmt.Errorf("%s: %w", path, err)
-	}
-	vs := make([]vector, len(raw))
-	for i, r := range raw {
-		if err := json.Unmarshal(r, &vs[i]); err != nil {
-			return nil, path, fmt.Errorf("%s: vector %d: %w", path, i, err)
+	vs := make([]vector, len(doc.Vectors))
+	for i, r := range doc.Vectors {
+		v := &vs[i]
+		if err := json.Unmarshal(r, v); err != nil {
+			return nil, fmt.Errorf("testdata/peer-vectors.json: vector %d: %w", i, err)
 		}
-		vs[i].raw = r
+		if v.ID == "" || v.Peer == "" || v.URL == "" && (v.Repo == "" || v.Commit == "" || v.File == "" || v.Line < 1) {
+			return nil, fmt.Errorf("testdata/peer-vectors.json: vector %d (%q) does not name its peer and source", i, v.ID)
+		}
+		v.raw = r
 	}
-	return vs, path, nil
+	return vs, nil
 }
 
-// mustLoadVectors loads the vectors, and skips t when there are none, or
-// fails it when $FLOODGATE_REQUIRE_VECTORS is 1.
-func mustLoadVectors(t testing.TB) ([]vector, string) {
+// mustLoadVectors loads the vectors, or fails t.
+func mustLoadVectors(t testing.TB) []vector {
 	t.Helper()
-	vs, path, err := loadVectors()
+	vs, err := loadVectors()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if path == "" {
-		if os.Getenv("FLOODGATE_REQUIRE_VECTORS") == "1" {
-			t.Fatal("peer vectors not found: expected shared/vectors/peer-vectors.json beside the repository, or $FLOODGATE_VECTORS")
-		}
-		t.Skip("peer vectors not found (shared/vectors/peer-vectors.json); set FLOODGATE_VECTORS to run them")
-	}
-	return vs, path
+	return vs
 }
 
 func runVectors(t *testing.T, newStore NewStore) {
-	vs, path := mustLoadVectors(t)
-	t.Logf("%d peer vectors from %s\n%s", len(vs), path, vectorDeviations)
+	vs := mustLoadVectors(t)
+	t.Logf("%d peer vectors\n%s", len(vs), vectorDeviations)
 	for _, v := range vs {
-		t.Run(v.ID+" ("+v.Source+")", func(t *testing.T) {
+		t.Run(v.ID, func(t *testing.T) {
+			t.Logf("source: %s", v.source())
 			if why, ok := notApplicable[v.ID]; ok {
 				t.Skip("not applicable to a store: " + why)
 			}
@@ -177,17 +170,17 @@ func (e *vectorEnv) take(t *testing.T, key string, limits []fg.Limit, n int64) f
 
 func vectorRunner(v vector) func(*testing.T, *vectorEnv) {
 	switch {
-	case v.Algorithm == "gcra" && v.Params["command"] != nil:
+	case v.Algorithm == "gcra" && v.Peer == "redis-cell":
 		return redisCellVector(v)
-	case v.Algorithm == "gcra" && strings.HasPrefix(v.ID, "redis_rate/"):
+	case v.Algorithm == "gcra" && v.Peer == "redis_rate":
 		return redisRateVector(v)
-	case v.Algorithm == "gcra" && strings.HasPrefix(v.ID, "throttled/"):
+	case v.Algorithm == "gcra" && v.Peer == "throttled":
 		return throttledVector(v)
-	case v.Algorithm == "fixed-window-counter" && strings.HasPrefix(v.ID, "go-zero/"):
+	case v.Algorithm == "fixed-window-counter" && v.Peer == "go-zero":
 		return goZeroPeriodVector(v)
-	case v.Algorithm == "token-bucket" && strings.HasPrefix(v.ID, "go-zero/"):
+	case v.Algorithm == "token-bucket" && v.Peer == "go-zero":
 		return goZeroTokenVector(v)
-	case v.Algorithm == "token-bucket" && strings.HasPrefix(v.ID, "x/time/rate/"):
+	case v.Algorithm == "token-bucket" && v.Peer == "x/time/rate":
 		return xTimeRateVector(v)
 	case v.Algorithm == "sliding-window-counter":
 		return slidingCounterVector(v)
@@ -230,20 +223,10 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-var redisRateLimit = regexp.MustCompile(`Rate: (\d+), Period: time\.Millisecond, Burst: (\d+)`)
-
 // redis_rate: Allow, AllowN, AllowAtMost and Reset on one key.
 func redisRateVector(v vector) func(*testing.T, *vectorEnv) {
 	return func(t *testing.T, e *vectorEnv) {
-		var lim fg.Limit
-		desc, _ := v.Params["limit"].(string)
-		if m := redisRateLimit.FindStringSubmatch(desc); m != nil {
-			rate, _ := strconv.ParseInt(m[1], 10, 64)
-			burst, _ := strconv.ParseInt(m[2], 10, 64)
-			lim = fg.TokenBucket(rate, time.Millisecond, burst)
-		} else {
-			lim = fg.TokenBucket(int64(num(v.Params, "rate")), time.Duration(num(v.Params, "period_ms"))*time.Millisecond, int64(num(v.Params, "burst")))
-		}
+		lim := fg.TokenBucket(int64(num(v.Params, "rate")), time.Duration(num(v.Params, "period_ms"))*time.Millisecond, int64(num(v.Params, "burst")))
 		limits := []fg.Limit{lim}
 		ctx := context.Background()
 		for _, s := range v.Steps {
@@ -320,11 +303,11 @@ func redisRateVector(v vector) func(*testing.T, *vectorEnv) {
 	}
 }
 
-// throttled's deprecated PerMin(2): RateQuota{period 30s, MaxBurst 1},
-// headers in whole seconds rounded up, keyed by path.
+// throttled's deprecated PerMin(2): GCRA with MaxBurst 1 and one request
+// per 30s, headers in whole seconds rounded up, keyed by path.
 func throttledVector(v vector) func(*testing.T, *vectorEnv) {
 	return func(t *testing.T, e *vectorEnv) {
-		limits := []fg.Limit{fg.GCRA(1, 1, 30*time.Second)}
+		limits := []fg.Limit{fg.GCRA(int64(num(v.Params, "max_burst")), int64(num(v.Params, "count")), time.Duration(num(v.Params, "period_s"))*time.Second)}
 		for _, s := range v.Steps {
 			e.at(s.TMs)
 			r := e.take(t, s.Path, limits, 1)
@@ -486,7 +469,7 @@ func slidingCounterVector(v vector) func(*testing.T, *vectorEnv) {
 					t.Errorf("estimate %d, want ceil(%v) = %v", est, want, math.Ceil(want))
 				}
 			}
-			if _, ok := s.Expect["statement"]; ok {
+			if next, _ := s.Expect["next_denied"].(bool); next {
 				// "One more request ... and the rate limiter will start being
 				// very angry": the next request is denied.
 				if e.take(t, "k", limits, 1).Allowed {
@@ -499,17 +482,14 @@ func slidingCounterVector(v vector) func(*testing.T, *vectorEnv) {
 
 // Vector returns the raw JSON of the peer vector with the given id, for
 // tests outside a store (HTTP headers, fault tests) that check the vectors
-// listed in notApplicable. It skips t when the vectors are missing, or
-// fails it when $FLOODGATE_REQUIRE_VECTORS is 1, and fails it when the id
-// is unknown.
+// listed in notApplicable. It fails t when the id is unknown.
 func Vector(t testing.TB, id string) json.RawMessage {
 	t.Helper()
-	vs, path := mustLoadVectors(t)
-	for _, v := range vs {
+	for _, v := range mustLoadVectors(t) {
 		if v.ID == id {
 			return v.raw
 		}
 	}
-	t.Fatalf("no peer vector %q in %s", id, path)
+	t.Fatalf("no peer vector %q in testdata/peer-vectors.json", id)
 	return nil
 }
