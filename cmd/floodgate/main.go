@@ -3,7 +3,7 @@
 //
 //	floodgate serve     run the service (HTTP/JSON API, Redis protocol, metrics)
 //	floodgate check     one decision, or validate a rules file
-//	floodgate version   print the version
+//	floodgate version   print the version and commit (also --version)
 //
 // Run "floodgate <command> --help" for the flags of each.
 package main
@@ -15,27 +15,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
 )
-
-// version is set at build time with -ldflags "-X main.version=v1.2.3";
-// otherwise it comes from the module's build information.
-var version = ""
-
-func getVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
 
 const usage = `floodgate: a distributed rate limiter
 
@@ -44,7 +29,7 @@ Usage:
   floodgate check   [flags] RULE KEY [COST]
                                      one decision, printed as JSON
   floodgate check   --config FILE    validate a rules file and list its rules
-  floodgate version                  print the version
+  floodgate version                  print the version and the commit it was built from
 
 Run "floodgate <command> --help" for the flags of a command.
 `
@@ -66,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "check":
 		return checkCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, "floodgate", getVersion())
+		fmt.Fprintln(stdout, "floodgate", versionLine())
 		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)

@@ -356,7 +356,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "floodgate %s\n", getVersion())
+	fmt.Fprintf(stdout, "floodgate %s\n", versionLine())
 	fmt.Fprintf(stdout, "store: %s\n", st.desc)
 	fmt.Fprintf(stdout, "rules: %d from %s\n", len(cfg.Rules), cfg.Source)
 	if len(cfg.Domains) > 0 {
