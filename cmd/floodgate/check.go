@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,10 +30,12 @@ func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
        floodgate check --config FILE
 
 Makes one decision and prints it as JSON; exits 0 when allowed, 1 when
-denied, 2 on an error. With --server it asks a running floodgate serve;
-otherwise it decides itself, on --redis (shared with the services using it)
-or on a fresh in-memory store. With --config and no RULE it validates the
-rules file and lists its rules.
+denied, 2 on an error. With --server (http://host:port, or host:port for
+plain HTTP) it asks a running floodgate serve. Otherwise it decides itself,
+on --redis, shared with the services that use it, or without --redis on a
+throwaway in-memory store: the decision starts from a full limit, nothing
+is kept, and a line on stderr says so. With --config and no RULE it
+validates the rules file and lists its rules.
 
 Flags:
 `)
@@ -41,7 +45,7 @@ Flags:
 	var e env
 	sf.register(fs, &e)
 	cfgPath := fs.String("config", e.str("FLOODGATE_CONFIG", ""), "rules file (YAML: floodgate rules or an envoyproxy/ratelimit domain), or a directory of them, read with the directories below it; the built-in example rule when empty ($FLOODGATE_CONFIG)")
-	server := fs.String("server", e.str("FLOODGATE_SERVER", ""), "URL of a running floodgate serve, http://host:port ($FLOODGATE_SERVER)")
+	server := fs.String("server", e.str("FLOODGATE_SERVER", ""), "URL of a running floodgate serve, http://host:port or https://host:port; host:port means http ($FLOODGATE_SERVER)")
 	token := fs.String("token", e.str("FLOODGATE_TOKEN", ""), "bearer token for --server ($FLOODGATE_TOKEN)")
 	merge := fs.Bool("merge-domain-config", e.bool("MERGE_DOMAIN_CONFIG", false), mergeDomainsUsage)
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
@@ -70,7 +74,10 @@ Flags:
 	var allowed bool
 	var err error
 	if *server != "" {
-		out, allowed, err = checkRemote(ctx, *server, *token, req)
+		var base string
+		if base, err = serverURL(*server); err == nil {
+			out, allowed, err = checkRemote(ctx, base, *token, req)
+		}
 	} else {
 		out, allowed, err = checkLocal(ctx, &sf, *cfgPath, load, req, stderr)
 	}
@@ -85,8 +92,25 @@ Flags:
 	return 1
 }
 
-// checkRemote asks a running floodgate serve, and returns its JSON answer.
-func checkRemote(ctx context.Context, server, token string, req httpapi.CheckRequest) ([]byte, bool, error) {
+// serverURL returns the base URL of the floodgate serve that --server
+// names, without a trailing slash. A bare host:port means plain HTTP, as
+// floodgate serve listens by default; anything that is not an http or
+// https URL of a host is refused with what to write instead.
+func serverURL(s string) (string, error) {
+	raw := strings.TrimSpace(s)
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("--server %q is not the address of a floodgate serve: write http://host:port, https://host:port or host:port", s)
+	}
+	return strings.TrimSuffix(u.String(), "/"), nil
+}
+
+// checkRemote asks the floodgate serve at base, and returns its JSON
+// answer.
+func checkRemote(ctx context.Context, base, token string, req httpapi.CheckRequest) ([]byte, bool, error) {
 	// json.Marshal would send U+FFFD for each bad byte, and the key
 	// would share a bucket with others; the server refuses such bodies.
 	for name, v := range map[string]string{"RULE": req.Rule, "KEY": req.Key} {
@@ -95,7 +119,7 @@ func checkRemote(ctx context.Context, server, token string, req httpapi.CheckReq
 		}
 	}
 	body, _ := json.Marshal(req)
-	hr, err := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(server, "/")+"/v1/check", bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/check", bytes.NewReader(body))
 	if err != nil {
 		return nil, false, err
 	}
@@ -105,7 +129,12 @@ func checkRemote(ctx context.Context, server, token string, req httpapi.CheckReq
 	}
 	resp, err := http.DefaultClient.Do(hr)
 	if err != nil {
-		return nil, false, err
+		// The url.Error's `Post "http://..."` says less than this.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, false, fmt.Errorf("no answer from %s: %w", base, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -132,6 +161,11 @@ func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, o config.Lo
 		return nil, false, err
 	}
 	defer st.close()
+	if st.fallback == nil {
+		// Nothing is shared or kept: say so, or a user takes a fresh
+		// limit's answer for the state of the service's.
+		fmt.Fprintln(stderr, "floodgate check: decided on a throwaway in-memory store (a full limit, nothing kept); use --server to ask a running floodgate serve, or --redis to decide on its Redis")
+	}
 	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Logger: log})
 	if err != nil {
 		return nil, false, err
