@@ -70,7 +70,7 @@ func (v *vector) source() string {
 	if v.URL != "" {
 		return v.URL
 	}
-	return fmt.Sprintf("%s/blob/%s/%s#L%d", v.Repo, v.Commit, v.File, v.Line)
+	return fmt.Sprintf("https://%s/blob/%s/%s#L%d", v.Repo, v.Commit, v.File, v.Line)
 }
 
 type vectorStep struct {
