@@ -29,4 +29,12 @@ var (
 	// a key holding data that is not floodgate's). Stores wrap it together
 	// with the underlying error.
 	ErrStore = core.ErrStore
+	// ErrKey reports that a store could not decide one key while it works
+	// for the others: the key holds data that is not floodgate's (another
+	// type, corrupt state, an invalid override), or the server refused a
+	// command on it (an ACL's NOPERM). Such an error also wraps ErrStore;
+	// test ErrKey first where the difference matters. The fallback store
+	// returns it to the caller as it is: it neither counts it against
+	// Redis nor answers that key locally.
+	ErrKey = core.ErrKey
 )

@@ -34,7 +34,24 @@ var (
 	// a key holding data that is not floodgate's). Stores wrap it together
 	// with the underlying error.
 	ErrStore = errors.New("floodgate: store failed")
+	// ErrKey reports that a store could not decide one key while it works
+	// for the others: the key holds data that is not floodgate's (another
+	// type, corrupt state, an invalid override), or the server refused a
+	// command on it (an ACL's NOPERM). errors.Is(err, ErrStore) holds for
+	// it too, so code that treats every store error alike keeps doing so;
+	// code that judges the store's health (fallback's breaker) must test
+	// ErrKey first: it is that key's failure, not the store's.
+	ErrKey error = keyError{}
 )
+
+// keyError is ErrKey's type: one value, which is also ErrStore to
+// errors.Is, since the store did fail to decide that key.
+type keyError struct{}
+
+func (keyError) Error() string { return "floodgate: key failed" }
+
+// Is makes errors.Is(ErrKey, ErrStore) true.
+func (keyError) Is(target error) bool { return target == ErrStore }
 
 // IsInvalidInput reports whether err says that the request, not the
 // store, was wrong: an invalid key, cost or limit, or a wrong number of

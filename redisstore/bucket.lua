@@ -67,7 +67,7 @@ end
 local function readOverride(key)
   local okey = overrideKey(key)
   local oraw = rpcall('GET', okey)
-  if type(oraw) == 'table' and oraw.err then return nil, nil, wrongType(okey) end
+  if type(oraw) == 'table' and oraw.err then return nil, nil, readError(okey, oraw.err) end
   if not oraw then return false, false end
   local ov = parseOverride(oraw, key)
   if not ov then return nil, nil, corrupt(okey) end
@@ -123,7 +123,7 @@ end
 -- stateError returns the error reply for a key whose value raw (what GET
 -- returned: a string, or an error reply) is no state of its kind.
 local function stateError(key, raw)
-  if type(raw) == 'table' then return wrongType(key) end
+  if type(raw) == 'table' then return readError(key, raw.err) end
   return corrupt(key)
 end
 

@@ -43,7 +43,7 @@
 
 -- (prelude.lua comes first: mulDiv, stepBucket, fmt, fmt5, timeline,
 -- parseBucket, fmtBucket, decideBucket, parseFixed, fmtFixed,
--- markOverridden, decideFixed, corrupt, wrongType.) This file
+-- markOverridden, decideFixed, corrupt, wrongType, readError.) This file
 -- defines decideBatch(keys, argv), which decides one call. As a script,
 -- the chunk ends by calling it with KEYS and ARGV; in the function library
 -- the chunk runs once, at load, and each FCALL calls it: that spares Redis
@@ -97,7 +97,7 @@ local function lookupOverride(firstKey, now)
   local ov = overrides[okey]
   if ov == nil then
     local raw = rpcall('GET', okey)
-    if type(raw) == 'table' and raw.err then return nil, wrongType(okey) end
+    if type(raw) == 'table' and raw.err then return nil, readError(okey, raw.err) end
     ov = false
     if raw then
       ov = parseOverride(raw, firstKey)
@@ -118,7 +118,7 @@ local function readState(key, parse)
   local v = states[key]
   if v == nil then
     local raw = rpcall('GET', key)
-    if type(raw) == 'table' and raw.err then return nil, wrongType(key) end
+    if type(raw) == 'table' and raw.err then return nil, readError(key, raw.err) end
     v = false
     if raw then
       local x, y, z, l, k = parse(raw)
@@ -287,7 +287,7 @@ end
 local function stepLog(sp, key, now, n, i, mode)
   local W, L = sp.period, sp.quota
   local newest = rpcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest.err then return nil, wrongType(key) end
+  if newest.err then return nil, readError(key, newest.err) end
   local last, skew, clock = 0, 0, nil
   if newest[2] then
     last = tonumber(newest[2])

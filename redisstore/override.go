@@ -60,12 +60,12 @@ func decodeOverride(raw string) ([]core.Spec, error) {
 	}
 	rest, listed := strings.CutPrefix(rest, ";")
 	if !marked || !listed {
-		return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrStore, raw)
+		return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrKey, raw)
 	}
 	var names []string
 	if tail != "" {
 		if err := json.Unmarshal([]byte(tail), &names); err != nil {
-			return nil, fmt.Errorf("%w: redis: override names %q: %v", floodgate.ErrStore, tail, err)
+			return nil, fmt.Errorf("%w: redis: override names %q: %v", floodgate.ErrKey, tail, err)
 		}
 	}
 	parts := strings.Split(rest, ";")
@@ -78,7 +78,7 @@ func decodeOverride(raw string) ([]core.Spec, error) {
 			v[j], err = strconv.ParseInt(f[j], 10, 64)
 		}
 		if len(f) != len(v) || err != nil {
-			return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrStore, raw)
+			return nil, fmt.Errorf("%w: redis: override %q is not floodgate's", floodgate.ErrKey, raw)
 		}
 		kind, period := core.Kind(v[0]), time.Duration(v[3])*time.Microsecond
 		var sp core.Spec
@@ -95,7 +95,7 @@ func decodeOverride(raw string) ([]core.Spec, error) {
 			sp, err = core.NewWindow(kind, "override", v[1], period)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: redis: override %q: %w", floodgate.ErrStore, raw, err)
+			return nil, fmt.Errorf("%w: redis: override %q: %w", floodgate.ErrKey, raw, err)
 		}
 		sp.Alg = uint8(v[4])
 		if i < len(names) {

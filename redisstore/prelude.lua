@@ -350,6 +350,15 @@ local function wrongType(key)
   return redis.error_reply('FLOODGATE wrong type: key ' .. key .. ' holds a value that is not floodgate state')
 end
 
+-- readError returns the error reply for a read of key that failed with
+-- Redis's error e: "wrong type" for WRONGTYPE, and otherwise Redis's own
+-- words (an ACL's refusal), which the client must not take for bad data.
+local function readError(key, e)
+  e = tostring(e)
+  if sub(e, 1, 9) == 'WRONGTYPE' then return wrongType(key) end
+  return redis.error_reply(e)
+end
+
 -- Overrides (see override.go): a key's own limits, in the Redis key that
 -- ends in ":o" beside its limits' states, "<prefix>{key}:o". Its value is
 -- "fg1", "@" and when it expires (µs, on the time line of the decisions,

@@ -696,7 +696,8 @@ func (p *policy) Reset(ctx context.Context, key string) error {
 }
 
 // wrap turns a Redis error into floodgate's: the caller's own cancellation
-// or deadline comes back as the context's error, everything else wraps
+// or deadline comes back as the context's error; an error about one key
+// (see keyFailure) wraps floodgate.ErrKey; everything else wraps
 // floodgate.ErrStore. A nil err is nil, so that a success passed by
 // mistake is not turned into an error, or a crash.
 func (s *Store) wrap(ctx context.Context, err error) error {
@@ -706,10 +707,37 @@ func (s *Store) wrap(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return ctxErr
 	}
+	if msg, ok := keyFailure(err.Error()); ok {
+		return fmt.Errorf("%w: redis: %s", floodgate.ErrKey, msg)
+	}
 	if msg, ok := strings.CutPrefix(err.Error(), "FLOODGATE "); ok {
 		return fmt.Errorf("%w: redis: %s", floodgate.ErrStore, msg)
 	}
 	return fmt.Errorf("%w: redis: %w", floodgate.ErrStore, err)
+}
+
+// scriptRefusal starts the error that Redis gives a script whose
+// command an ACL refuses (a key or a command the user may not use).
+const scriptRefusal = "ERR The user executing the script can't"
+
+// keyFailure reports whether msg, a Redis reply's error, is about one
+// key rather than the server: the scripts' own "FLOODGATE wrong type" and
+// "FLOODGATE corrupt state" (the key holds data that is not floodgate's),
+// Redis's WRONGTYPE, and an ACL's refusal, NOPERM, which names itself
+// whether Redis refused the call or a command in the script. It returns
+// the message to report. Connection errors, LOADING, READONLY,
+// MASTERDOWN, CLUSTERDOWN, OOM and the rest are the server's, and a
+// breaker must hear of them.
+func keyFailure(msg string) (string, bool) {
+	switch {
+	case strings.HasPrefix(msg, "FLOODGATE wrong type"), strings.HasPrefix(msg, "FLOODGATE corrupt state"):
+		return msg[len("FLOODGATE "):], true
+	case strings.HasPrefix(msg, "WRONGTYPE"), strings.HasPrefix(msg, "NOPERM"):
+		return msg, true
+	case strings.HasPrefix(msg, scriptRefusal):
+		return "NOPERM permission denied in the script: " + msg[len("ERR "):], true
+	}
+	return "", false
 }
 
 // counted adds script calls carrying decisions, in one round trip, to

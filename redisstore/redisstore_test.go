@@ -201,8 +201,8 @@ func TestHostileState(t *testing.T) {
 			}
 			key := strings.TrimSuffix(strings.TrimPrefix(tt.key, "h:{"), "}:0"+tt.key[len(tt.key)-1:])
 			r, err := limiter(t, st, tt.limit).AllowN(ctx, key, 1)
-			if !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Take = %+v, %v; want an ErrStore saying %q", r, err, tt.want)
+			if !errors.Is(err, floodgate.ErrKey) || !errors.Is(err, floodgate.ErrStore) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Take = %+v, %v; want an ErrKey (and ErrStore) saying %q", r, err, tt.want)
 			}
 			if strings.Contains(err.Error(), "script:") || strings.Contains(err.Error(), "stack") {
 				t.Errorf("error shows Lua internals: %v", err)
@@ -634,6 +634,69 @@ func TestScriptReloaded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestKeyErrors: an ACL that refuses one key's Redis keys fails that
+// key's decisions with ErrKey and Redis's NOPERM, whether Redis refuses
+// the script call or a command in it, and never says "wrong type"; the
+// other keys are decided. A server that is down is a store failure, not a
+// key's.
+func TestKeyErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	tests := []struct {
+		name, keys string // the ACL user's key pattern
+		good, bad  string // keys it may and may not use
+	}{
+		// The script call names the state keys: Redis refuses it.
+		{"call refused", "~acl1:{ok*", "ok1", "bad"},
+		// The state keys are allowed, the override key that the script
+		// reads is not: Redis refuses the GET in the script.
+		{"command in the script refused", "~acl2:{ok*  ~acl2:{bad}:0*", "ok1", "bad"},
+	}
+	policies := [][]floodgate.Limit{
+		{floodgate.PerMinute(3)}, // the fast path
+		{floodgate.PerMinute(3), floodgate.FixedWindow(10, time.Minute)}, // decide.lua
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			user := fmt.Sprint("u", i)
+			rules := []any{"ACL", "SETUSER", user, "reset", "on", ">pw", "+@all"}
+			for _, r := range strings.Fields(tt.keys) {
+				rules = append(rules, r)
+			}
+			if err := admin.Do(ctx, rules...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: "pw"})
+			defer client.Close()
+			st := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("acl%d:", i+1)})
+			for _, limits := range policies {
+				lim := limiter(t, st, limits...)
+				if _, err := lim.AllowN(ctx, tt.good, 1); err != nil {
+					t.Fatalf("%d limits, key %q: %v", len(limits), tt.good, err)
+				}
+				_, err := lim.AllowN(ctx, tt.bad, 1)
+				if !errors.Is(err, floodgate.ErrKey) || !strings.Contains(err.Error(), "redis: NOPERM") ||
+					strings.Contains(err.Error(), "wrong type") {
+					t.Fatalf("%d limits, key %q: %v; want ErrKey with redis: NOPERM", len(limits), tt.bad, err)
+				}
+			}
+		})
+	}
+	t.Run("server down", func(t *testing.T) {
+		down := redistest.Start(t)
+		client := redis.NewClient(&redis.Options{Addr: down.Addr, MaxRetries: -1})
+		defer client.Close()
+		st := newStore(t, client, nil)
+		lim := limiter(t, st, floodgate.PerMinute(3))
+		down.Stop()
+		_, err := lim.AllowN(ctx, "k", 1)
+		if !errors.Is(err, floodgate.ErrStore) || errors.Is(err, floodgate.ErrKey) {
+			t.Fatalf("err = %v; want ErrStore, not ErrKey", err)
+		}
+	})
 }
 
 // TestFunctions checks the Redis function library, for the fast path (one
