@@ -51,6 +51,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/internal/metrics"
 	"github.com/floodgate/floodgate/internal/service"
 )
@@ -82,8 +83,7 @@ type Server struct {
 	nextID  int64
 
 	authFailures *metrics.CounterVec
-	lastAuthLog  atomic.Int64 // unix nanoseconds of the last failure logged
-	unlogged     atomic.Int64 // failures since then
+	authLog      *lograte.Limiter // one line a second of wrong passwords
 }
 
 // Options configures a Server. The zero value (or nil) gives the
@@ -149,7 +149,8 @@ func New(svc *service.Service, opts *Options) *Server {
 	if o.EvictIdleAfter <= 0 {
 		o.EvictIdleAfter = time.Second
 	}
-	s := &Server{svc: svc, token: o.Token, version: o.Version, log: o.Logger, o: o, conns: map[net.Conn]*conn{}}
+	s := &Server{svc: svc, token: o.Token, version: o.Version, log: o.Logger, o: o, conns: map[net.Conn]*conn{},
+		authLog: lograte.New(time.Second, nil)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.authFailures = svc.Metrics.NewCounterVec("floodgate_resp_auth_failures_total", "Wrong passwords given to AUTH or HELLO on the Redis protocol.")
 	svc.Metrics.NewGaugeFunc("floodgate_resp_connections", "Open Redis protocol connections.", func() float64 {
@@ -637,11 +638,8 @@ func (c *conn) wrongPassword() {
 	c.writeError("WRONGPASS invalid username-password pair or user is disabled.")
 	s := c.s
 	s.authFailures.Add(1)
-	n := s.unlogged.Add(1)
-	now := time.Now().UnixNano()
-	if last := s.lastAuthLog.Load(); now-last >= int64(time.Second) && s.lastAuthLog.CompareAndSwap(last, now) {
-		s.unlogged.Add(-n)
-		s.log.Warn("floodgate: wrong passwords on the Redis protocol", "failures", n, "last_from", c.c.RemoteAddr().String())
+	if held, ok := s.authLog.Allow(); ok {
+		s.log.Warn("floodgate: wrong passwords on the Redis protocol", "failures", held+1, "last_from", c.c.RemoteAddr().String())
 	}
 }
 
