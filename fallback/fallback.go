@@ -40,6 +40,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/internal/scratch"
 )
 
@@ -141,7 +142,11 @@ type Options struct {
 	// Default: floodgate.SystemClock().
 	Clock floodgate.Clock
 	// Logger receives one line per switch: a warning when the breaker
-	// opens, an info line when the primary is back. Default: slog.Default().
+	// opens, naming the primary's error (or, when the call only ran out
+	// of budget, the primary's Cause, see Causer), and an info line when
+	// the primary is back; and, at most once a second, a warning about
+	// keys that fail alone (floodgate.ErrKey) in probes and settles.
+	// Default: slog.Default().
 	Logger *slog.Logger
 	// OnSwitch, when set, is called on every switch with the new state,
 	// from the goroutine that switched. It must not block.
@@ -159,6 +164,12 @@ type Stats struct {
 	// admissions on keys that could not be settled (more than
 	// MaxLedgerKeys keys in one outage, or a primary that cannot charge).
 	Settled, Unsettled uint64
+	// KeyErrors counts the primary's errors about one key
+	// (floodgate.ErrKey: foreign data at its Redis keys, an ACL's
+	// refusal), which never count as failures: the decision's caller gets
+	// the error, and a key of the ledger that fails so is dropped from it
+	// unsettled, so that it cannot hold the breaker open.
+	KeyErrors uint64
 }
 
 // MaxLedgerKeys is how many keys with local admissions a Store keeps for
@@ -199,8 +210,9 @@ type Store struct {
 	mirrored sync.Map         // key -> []core.Spec: the overrides mirrored in the local store
 	stats    struct {
 		failures, fallbacks, switches, probes atomic.Uint64
-		settled, unsettled                    atomic.Uint64
+		settled, unsettled, keyErrors         atomic.Uint64
 	}
+	keyLog *lograte.Limiter // of the log lines about ErrKey
 
 	// The ledger: the keys the local limiter admitted on, for settling
 	// with the primary when it is back.
@@ -258,6 +270,7 @@ func New(primary floodgate.Store, opts *Options) *Store {
 		primary: primary, local: o.Local, policy: o.Policy, instances: o.Instances,
 		budget: o.Budget, threshold: int64(o.Threshold), interval: o.ProbeInterval, health: max(o.HealthInterval, 0),
 		probeKey: o.ProbeKey, clock: o.Clock, log: o.Logger, onSwitch: o.OnSwitch,
+		keyLog: lograte.New(time.Second, func() time.Time { return o.Clock.Now() }),
 	}
 	if s.local == nil && s.policy == Local {
 		s.local = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: o.Clock})
@@ -369,6 +382,7 @@ func (s *Store) Stats() Stats {
 		Probes:    s.stats.probes.Load(),
 		Settled:   s.stats.settled.Load(),
 		Unsettled: s.stats.unsettled.Load(),
+		KeyErrors: s.stats.keyErrors.Load(),
 	}
 }
 
@@ -424,7 +438,9 @@ type policy struct {
 // the primary answers within the budget, and otherwise the policy's, with
 // Source telling which. Its errors are input errors, floodgate.ErrClosed,
 // the caller's own context error when ctx ends first (never counted as a
-// failure of the primary), and the local store's errors.
+// failure of the primary), the primary's errors about key alone
+// (floodgate.ErrKey, never counted either: one poisoned key must not
+// send every key to the policy), and the local store's errors.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
@@ -448,7 +464,8 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 
 // primaryFirst calls f on the primary unless b is open. It returns the
 // primary's Decision and done when the primary answered; done and an
-// error when the caller's context ended or the input is invalid (neither
+// error when the caller's context ended, the input is invalid, or the
+// primary failed on this key alone (floodgate.ErrKey; none of them
 // counts against the primary); and not done otherwise, when the policy
 // answers (b has counted the failure).
 func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Context) (core.Decision, error)) (d core.Decision, done bool, err error) {
@@ -463,6 +480,11 @@ func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Co
 		return core.Decision{}, true, ctxErr
 	}
 	if core.IsInvalidInput(err) {
+		return core.Decision{}, true, err
+	}
+	if errors.Is(err, floodgate.ErrKey) {
+		s := p.s
+		s.stats.keyErrors.Add(1)
 		return core.Decision{}, true, err
 	}
 	b.failed(err)
@@ -602,10 +624,26 @@ func (p *policy) settle(ctx context.Context, k ledgerKey) error {
 		return nil
 	}
 	err := p.settleKey(ctx, k.key, k.b)
+	if errors.Is(err, floodgate.ErrKey) {
+		// The primary cannot settle this key until someone repairs it:
+		// keeping it would fail every probe, and keep every key on the
+		// policy, for one key.
+		s.stats.keyErrors.Add(1)
+		s.logKeyError("floodgate: dropped a key from the ledger unsettled: the primary fails on it alone", k.key, err)
+		return nil
+	}
 	if err != nil {
 		p.record(k.key, 0, k.b)
 	}
 	return err
+}
+
+// logKeyError logs an error about one key (floodgate.ErrKey), at most
+// once a second, with how many were held back.
+func (s *Store) logKeyError(msg, key string, err error) {
+	if held, ok := s.keyLog.Allow(); ok {
+		s.log.Warn(msg, "key", key, "error", err.Error(), "suppressed", held)
+	}
 }
 
 func (p *policy) settleKey(ctx context.Context, key string, b *breaker) error {
@@ -788,8 +826,11 @@ func (b *breaker) open(err error) {
 	}
 	b.since = s.clock.Now()
 	s.stats.switches.Add(1)
-	s.log.Warn("floodgate: primary store failing; answering by policy until it recovers",
-		b.logAttrs("error", err.Error())...)
+	attrs := b.logAttrs("error", err.Error())
+	if cause := s.cause(err); cause != nil {
+		attrs = b.logAttrs("error", cause.Error(), "call_error", err.Error())
+	}
+	s.log.Warn("floodgate: primary store failing; answering by policy until it recovers", attrs...)
 	if s.onSwitch != nil {
 		s.onSwitch(Degraded)
 	}
@@ -799,13 +840,42 @@ func (b *breaker) open(err error) {
 	}
 }
 
+// Causer is a primary store that can say why its calls fail when all a
+// call saw was its deadline: redisstore.Store keeps its connections' last
+// error (a refused dial, a bad certificate, a WRONGPASS).
+type Causer interface {
+	// Cause returns the store's last underlying error since a success,
+	// or nil.
+	Cause() error
+}
+
+// cause returns why err, a primary's failure that is only a context's
+// error (the budget ran out), happened, as the primary tells: the error
+// that the switch log names. It returns nil when err says more itself, or
+// when the primary cannot tell.
+func (s *Store) cause(err error) error {
+	c, ok := s.primary.(Causer)
+	if !ok || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		return nil
+	}
+	return c.Cause()
+}
+
 // probeOnce makes one probe decision on the primary, in b's partition,
 // within the budget.
+// An error about the probe key alone (floodgate.ErrKey: foreign data at
+// it, an ACL that refuses it) is the primary answering: it is logged, and
+// the probe succeeds.
 func (b *breaker) probeOnce(ctx context.Context) error {
 	b.s.stats.probes.Add(1)
 	_, err := b.call(ctx, func(ctx context.Context) (core.Decision, error) {
 		return b.s.probe.Take(ctx, b.probeKey, 1)
 	})
+	if errors.Is(err, floodgate.ErrKey) {
+		b.s.stats.keyErrors.Add(1)
+		b.s.logKeyError("floodgate: the probe key fails on its own; the primary answers", b.probeKey, err)
+		return nil
+	}
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -37,6 +38,18 @@ type flaky struct {
 	calls atomic.Int64
 	// answered, when set, runs after each Take the store answers.
 	answered func()
+	// poisoned, when set, is a key whose calls fail with ErrKey while
+	// the store is healthy, as a key holding foreign data in Redis does.
+	poisoned atomic.Pointer[string]
+}
+
+// keyFailure returns the error of a call on key: ErrKey when key is the
+// poisoned one.
+func (f *flaky) keyFailure(key string) error {
+	if k := f.poisoned.Load(); k != nil && *k == key {
+		return fmt.Errorf("%w: redis: wrong type: key %s holds a value that is not floodgate state", floodgate.ErrKey, key)
+	}
+	return nil
 }
 
 func (f *flaky) Prepare(limits []core.Spec) (core.Policy, error) {
@@ -70,6 +83,9 @@ func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decis
 	if err := p.fail(ctx); err != nil {
 		return core.Decision{}, err
 	}
+	if err := p.f.keyFailure(key); err != nil {
+		return core.Decision{}, err
+	}
 	d, err := p.Policy.Take(ctx, key, n)
 	if p.f.answered != nil {
 		p.f.answered()
@@ -79,6 +95,9 @@ func (p *flakyPolicy) Take(ctx context.Context, key string, n int64) (core.Decis
 
 func (p *flakyPolicy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := p.fail(ctx); err != nil {
+		return core.Decision{}, err
+	}
+	if err := p.f.keyFailure(key); err != nil {
 		return core.Decision{}, err
 	}
 	return p.Policy.(core.Charger).Charge(ctx, key, n)
@@ -152,6 +171,19 @@ func newFixture(t *testing.T, o fallback.Options) *fixture {
 		f.primary.Store.Close()
 	})
 	return f
+}
+
+// next returns the next switch, failing the test when none comes within
+// five seconds.
+func (f *fixture) next(t *testing.T) fallback.State {
+	t.Helper()
+	select {
+	case st := <-f.states:
+		return st
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no switch; State %v", f.store.State())
+	}
+	return 0
 }
 
 type lockedWriter struct {
@@ -386,6 +418,97 @@ func TestBreaker(t *testing.T) {
 	log := f.log.String()
 	if !strings.Contains(log, "level=WARN") || !strings.Contains(log, "primary store failing") || !strings.Contains(log, "recovered") {
 		t.Errorf("log lines missing:\n%s", log)
+	}
+}
+
+// An error about one key (ErrKey) goes back to its caller and is never a
+// failure of the primary: many in a row leave the breaker closed, and
+// the other keys with the primary.
+func TestKeyErrorsKeepBreakerClosed(t *testing.T) {
+	for _, p := range []fallback.Policy{fallback.Local, fallback.FailOpen, fallback.FailClosed} {
+		t.Run(p.String(), func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Threshold: 3, Policy: p})
+			lim := limiter(t, f.store, floodgate.PerSecond(1000))
+			bad := "poisoned"
+			f.primary.poisoned.Store(&bad)
+			for i := range 10 {
+				r, err := lim.AllowN(context.Background(), bad, 1)
+				if !errors.Is(err, floodgate.ErrKey) || !strings.Contains(err.Error(), "wrong type") {
+					t.Fatalf("decision %d on the poisoned key: %+v, %v; want its ErrKey", i, r, err)
+				}
+			}
+			if r, err := lim.AllowN(context.Background(), "good", 1); err != nil || r.Source != floodgate.SourceStore {
+				t.Fatalf("another key: %+v, %v; want the primary's decision", r, err)
+			}
+			if len(f.states) != 0 || f.store.State() != fallback.Primary {
+				t.Fatalf("the breaker switched (%d times), State %v", len(f.states), f.store.State())
+			}
+			if s := f.store.Stats(); s.Failures != 0 || s.Fallbacks != 0 || s.KeyErrors != 10 {
+				t.Errorf("Stats = %+v, want no failures or fallbacks, 10 key errors", s)
+			}
+		})
+	}
+}
+
+// A key of the ledger that the primary fails on alone (ErrKey) is dropped
+// unsettled when the primary is back: it does not keep the breaker open,
+// and the ledger's other keys are settled.
+func TestKeyErrorDroppedFromLedger(t *testing.T) {
+	f := newFixture(t, fallback.Options{Threshold: 1})
+	lim := limiter(t, f.store, floodgate.TokenBucket(10, time.Second, 10))
+	ctx := context.Background()
+	f.primary.mode.Store(int32(failing))
+	for _, key := range []string{"poisoned", "good"} {
+		for range 4 {
+			if r, err := lim.AllowN(ctx, key, 1); err != nil || r.Source != floodgate.SourceLocal {
+				t.Fatalf("%s while the primary fails: %+v, %v", key, r, err)
+			}
+		}
+	}
+	if got := f.next(t); got != fallback.Degraded {
+		t.Fatalf("switched to %v", got)
+	}
+	bad := "poisoned"
+	f.primary.poisoned.Store(&bad) // its Redis keys were overwritten meanwhile
+	f.primary.mode.Store(int32(healthy))
+	<-f.clock.slept
+	f.clock.tick(t) // a good probe; the ledger's settle fails on "poisoned" alone
+	if got := f.next(t); got != fallback.Primary {
+		t.Fatalf("after a good probe: switched to %v", got)
+	}
+	s := f.store.Stats()
+	if s.KeyErrors != 1 || s.Settled == 0 {
+		t.Errorf("Stats = %+v, want 1 key error, and \"good\" settled", s)
+	}
+	if r, err := lim.AllowN(ctx, "good", 1); err != nil || r.Source != floodgate.SourceStore {
+		t.Errorf("good after the switch: %+v, %v; want the primary's", r, err)
+	}
+	if log := f.log.String(); !strings.Contains(log, "dropped a key from the ledger") || !strings.Contains(log, "key=poisoned") {
+		t.Errorf("no log line names the dropped key:\n%s", log)
+	}
+}
+
+// A probe key that fails alone (foreign data at it) is the primary
+// answering: the probe closes the breaker.
+func TestPoisonedProbeKey(t *testing.T) {
+	f := newFixture(t, fallback.Options{Threshold: 3})
+	probe := "floodgate-probe"
+	f.primary.poisoned.Store(&probe)
+	f.primary.mode.Store(int32(failing))
+	if err := f.store.Probe(context.Background()); err == nil {
+		t.Fatal("Probe of a failing primary succeeded")
+	}
+	if got := f.next(t); got != fallback.Degraded {
+		t.Fatalf("switched to %v", got)
+	}
+	f.primary.mode.Store(int32(healthy))
+	<-f.clock.slept
+	f.clock.tick(t)
+	if got := f.next(t); got != fallback.Primary {
+		t.Fatalf("after a probe that failed on its key alone: switched to %v", got)
+	}
+	if err := f.store.Probe(context.Background()); err != nil || f.store.State() != fallback.Primary {
+		t.Fatalf("Probe: %v, State %v", err, f.store.State())
 	}
 }
 

@@ -541,3 +541,78 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A key whose Redis key holds foreign data fails its own decisions with
+// ErrKey, as many times as it is asked, and the breaker stays closed: the
+// other keys are decided by Redis.
+func TestPoisonedKeyRedis(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	must(t, r.client.RPush(ctx, "floodgate:{poisoned}:0b", "x").Err())
+	lim := limiter(t, r.fb, faultLimit)
+	for i := range 10 {
+		if res, err := lim.Allow(ctx, "poisoned"); !errors.Is(err, floodgate.ErrKey) || !strings.Contains(err.Error(), "wrong type") {
+			t.Fatalf("decision %d on the poisoned key: %+v, %v; want ErrKey saying wrong type", i, res, err)
+		}
+	}
+	if res, err := lim.Allow(ctx, "good"); err != nil || res.Source != floodgate.SourceStore {
+		t.Fatalf("another key: %+v, %v", res, err)
+	}
+	if st, s := r.fb.State(), r.fb.Stats(); st != fallback.Primary || s.Failures != 0 || s.KeyErrors != 10 {
+		t.Fatalf("State %v, Stats %+v; want primary, no failures, 10 key errors", st, s)
+	}
+}
+
+// The switch's log line names what went wrong with Redis (a refused
+// connection, a wrong password), not the budget that ran out meanwhile.
+func TestSwitchCause(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T) string // returns the Redis URL
+		want  string
+	}{
+		{"redis stopped", func(t *testing.T) string {
+			srv := redistest.Start(t)
+			srv.Stop()
+			return "redis://" + srv.Addr + "/0"
+		}, "connection refused"},
+		{"wrong password", func(t *testing.T) string {
+			srv := redistest.Start(t, "--requirepass", "secret")
+			return "redis://:wrong@" + srv.Addr + "/0"
+		}, "WRONGPASS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client, err := redisstore.NewClient(tt.setup(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			rs := redisstore.New(client, nil)
+			defer rs.Close()
+			var log strings.Builder
+			var mu sync.Mutex
+			fb := fallback.New(rs, &fallback.Options{Logger: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return log.Write(p)
+			}), nil))})
+			defer fb.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := fb.Probe(ctx); err == nil {
+				t.Fatal("Probe succeeded")
+			}
+			mu.Lock()
+			line := log.String()
+			mu.Unlock()
+			if !strings.Contains(line, "primary store failing") || !strings.Contains(line, tt.want) {
+				t.Fatalf("switch log does not name %q:\n%s", tt.want, line)
+			}
+		})
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -118,6 +118,8 @@ type Store struct {
 	decoded overrideCache
 	// foreign holds the keys whose override the fast path cannot decide.
 	foreign foreignKeys
+	// cause is the client's last error since a success (see Cause).
+	cause atomic.Pointer[error]
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -129,7 +131,8 @@ const injectedClockTTL = 10 * time.Minute
 // New returns a Store on client, which may be a standalone, Sentinel
 // (failover) or Cluster client. Unless batching is disabled it starts
 // MaxInflight goroutines that Close stops; closing the Store does not
-// close client.
+// close client. It adds a hook to client that keeps its last error for
+// Cause.
 //
 // Build the client with ContextTimeoutEnabled: true, so that a context's
 // deadline bounds the wait for a reply; without it go-redis waits up to
@@ -149,6 +152,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	}
 	s.noFunctions.Store(o.DisableFunctions)
 	_, s.cluster = client.(*redis.ClusterClient)
+	s.watch(client)
 	if o.Clock != nil {
 		s.extraTTL = injectedClockTTL.Milliseconds()
 	}
