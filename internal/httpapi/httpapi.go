@@ -195,7 +195,7 @@ func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {
 	d, err := a.svc.Check(ctx, c.Rule, c.Key, cost)
 	if err != nil {
 		status := statusOf(err)
-		if status >= 500 {
+		if status >= 500 && !errors.Is(err, floodgate.ErrKey) { // the service logs those
 			a.o.Logger.Error("floodgate: check failed", "rule", c.Rule, "error", err.Error())
 		}
 		return CheckResponse{Rule: c.Rule, Error: err.Error(), Status: status}, status
@@ -218,6 +218,11 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, service.ErrUnknownRule):
 		return http.StatusNotFound
+	case errors.Is(err, floodgate.ErrKey):
+		// The key's Redis keys hold foreign data or an ACL refuses them:
+		// the server's fault, and no retry helps until someone repairs
+		// it, unlike a store that is unavailable for a while.
+		return http.StatusInternalServerError
 	case errors.Is(err, service.ErrBadRequest), core.IsInvalidInput(err):
 		return http.StatusBadRequest
 	}

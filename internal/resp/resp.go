@@ -724,6 +724,8 @@ func errText(err error) string {
 	switch {
 	case errors.Is(err, service.ErrUnknownRule), errors.Is(err, service.ErrBadRequest):
 		return "ERR " + err.Error()
+	case errors.Is(err, floodgate.ErrKey):
+		return "ERR " + err.Error() // "floodgate: key failed: redis: ..."
 	}
 	return "ERR store failed: " + err.Error()
 }

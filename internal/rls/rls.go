@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -58,6 +59,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		return nil, status.Error(codes.Unknown, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return nil, status.FromContextError(err).Err()
+	case errors.Is(err, floodgate.ErrKey):
+		// One descriptor's key fails on its own; the service counts and
+		// logs it, a line a second at most.
+		return nil, status.Error(codes.Internal, err.Error())
 	default:
 		s.log.Error("floodgate: ShouldRateLimit failed", "error", err.Error())
 		return nil, status.Error(codes.Unavailable, err.Error())

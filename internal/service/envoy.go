@@ -205,6 +205,7 @@ func (s *Service) decideEnvoy(ctx context.Context, checks []envoyCheck) error {
 		err := floodgate.AllowGroup(ctx, reqs, s.atomic)
 		s.latency.Observe(time.Since(start).Seconds())
 		if err != nil {
+			s.keyFailed("envoy", err)
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/internal/metrics"
 	"github.com/floodgate/floodgate/internal/scratch"
 )
@@ -66,6 +68,10 @@ type Service struct {
 	latency   *metrics.Histogram
 	reloads   *metrics.CounterVec
 	lastOK    atomic.Int64 // unix seconds of the last good (re)load
+	// keyErrors counts the decisions that failed on their key alone
+	// (floodgate.ErrKey), by rule and kind; keyLog limits their log lines.
+	keyErrors *metrics.CounterVec
+	keyLog    *lograte.Limiter
 
 	// Envoy's rate limit service (envoy.go).
 	atomic     bool               // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
@@ -173,6 +179,8 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 	s.latency = m.NewHistogram("floodgate_store_latency_seconds", "Time the store took to decide.",
 		[]float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1})
 	s.reloads = m.NewCounterVec("floodgate_config_reloads_total", "Rule file reloads by result (success, failure).", "result")
+	s.keyErrors = m.NewCounterVec("floodgate_key_errors_total", "Calls that failed on their key alone while Redis works, by rule (envoy for Envoy's, CL.THROTTLE) and kind (wrong_type, corrupt, noperm): the key holds data that is not floodgate's, or an ACL refuses it.", "rule", "kind")
+	s.keyLog = lograte.New(time.Second, o.Now)
 	s.envoyStats = newEnvoyMetrics(m)
 	m.NewGaugeFunc("floodgate_config_last_reload_success_timestamp_seconds", "When the rules in use were loaded.", func() float64 { return float64(s.lastOK.Load()) })
 	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.Config().Rules)) })
@@ -312,6 +320,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	res, err := s.take(ctx, r.lim, r.prefix+key, cost)
 	if err != nil {
 		s.decisions.Add(1, rule, "error")
+		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
 	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Policy: res.Name}
@@ -346,6 +355,7 @@ func (s *Service) Peek(ctx context.Context, rule, key string) (Decision, error) 
 	}
 	res, err := r.lim.Peek(ctx, r.prefix+key)
 	if err != nil {
+		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
 	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Policy: res.Name}, nil
@@ -392,6 +402,7 @@ func (s *Service) Settle(ctx context.Context, rule, key string, charged, cost in
 	}
 	res, err := r.lim.Settle(ctx, r.prefix+key, charged, cost)
 	if err != nil {
+		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
 	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Policy: res.Name}, nil
@@ -435,6 +446,7 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 	switch {
 	case err != nil:
 		outcome = "error"
+		s.keyFailed("CL.THROTTLE", err)
 	case !res.Allowed:
 		outcome = "denied"
 	}
@@ -443,6 +455,37 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 		s.denied("CL.THROTTLE", key)
 	}
 	return res, err
+}
+
+// keyFailed counts and logs err, a call's failure under rule, when it is
+// an error about its key alone (floodgate.ErrKey): Redis works, so the
+// fallback does not hear of it, and an operator must. The log has a line
+// a second at most, since a client may retry such a key without end.
+func (s *Service) keyFailed(rule string, err error) {
+	if !errors.Is(err, floodgate.ErrKey) {
+		return
+	}
+	kind := KeyErrorKind(err)
+	s.keyErrors.Add(1, rule, kind)
+	if held, ok := s.keyLog.Allow(); ok {
+		s.log.Warn("floodgate: a key failed on its own; Redis works for the others", "rule", rule, "kind", kind, "error", err.Error(), "suppressed", held)
+	}
+}
+
+// KeyErrorKind names the kind of an error about one key
+// (floodgate.ErrKey), as the floodgate_key_errors_total metric labels
+// it: "noperm" for an ACL's refusal, "wrong_type" for a Redis key of
+// another type, "corrupt" for data that is not floodgate's. A fixed set,
+// so that the metric's labels stay few.
+func KeyErrorKind(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "NOPERM"):
+		return "noperm"
+	case strings.Contains(msg, "wrong type"), strings.Contains(msg, "WRONGTYPE"):
+		return "wrong_type"
+	}
+	return "corrupt"
 }
 
 // Ready reports whether decisions are being made by the configured store
