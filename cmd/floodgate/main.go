@@ -14,12 +14,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/redis/go-redis/v9"
 )
 
 const usage = `floodgate: a distributed rate limiter
@@ -35,6 +37,9 @@ Run "floodgate <command> --help" for the flags of a command.
 `
 
 func main() {
+	// go-redis has one logger for the process: set here, once, it sends
+	// the client's lines through floodgate's log, a line a second at most.
+	redis.SetLogger(newRedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
