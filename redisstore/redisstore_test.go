@@ -685,6 +685,41 @@ func TestKeyErrors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("batch", func(t *testing.T) {
+		// Redis refuses a batch's whole call for the one key it may not
+		// use: the other keys of the batch are decided all the same.
+		if err := admin.Do(ctx, "ACL", "SETUSER", "ub", "reset", "on", ">pw", "+@all", "~aclb:{ok*").Err(); err != nil {
+			t.Fatal(err)
+		}
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "ub", Password: "pw"})
+		defer client.Close()
+		st := newStore(t, client, &redisstore.Options{Prefix: "aclb:"})
+		bucket, err := core.NewBucket("bucket", 1, time.Hour, 3, "burst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		window, err := core.NewWindow(core.Fixed, "window", 10, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, limits := range [][]core.Spec{{bucket}, {bucket, window}} { // the fast path, decide.lua
+			pol, err := st.Prepare(limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := []string{"ok1", "bad", "ok2", "ok3"}
+			ds, errs := st.TakeBatch(ctx, pol, keys, 1)
+			for i, k := range keys {
+				if k == "bad" {
+					if !errors.Is(errs[i], floodgate.ErrKey) || !strings.Contains(errs[i].Error(), "redis: NOPERM") {
+						t.Errorf("%d limits, %s: %v; want ErrKey with NOPERM", len(limits), k, errs[i])
+					}
+				} else if errs[i] != nil || !ds[i].Allowed {
+					t.Errorf("%d limits, %s: %+v, %v; want allowed", len(limits), k, ds[i], errs[i])
+				}
+			}
+		}
+	})
 	t.Run("server down", func(t *testing.T) {
 		down := redistest.Start(t)
 		client := redis.NewClient(&redis.Options{Addr: down.Addr, MaxRetries: -1})

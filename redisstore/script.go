@@ -65,8 +65,32 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 }
 
 // sendGroup runs calls whose keys share a slot in one script call, or,
-// when they are all lone bucket decisions, through the fast path.
+// when they are all lone bucket decisions, through the fast path. When
+// an ACL refuses one of the call's keys, Redis refuses the whole call:
+// then each call goes again alone, so that only the callers of the
+// refused keys hear of it (a batch's worth of calls more, at most).
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
+	s.sendCall(ctx, calls)
+	if len(calls) < 2 || !refusedKey(calls[0].err) {
+		return
+	}
+	for _, c := range calls {
+		c.out, c.err = nil, nil
+		for _, m := range c.group {
+			m.out, m.err = nil, nil
+		}
+		s.sendCall(ctx, []*call{c})
+	}
+}
+
+// refusedKey reports whether err is an ACL's refusal of a script call
+// for one of the keys it names.
+func refusedKey(err error) bool {
+	return errors.Is(err, floodgate.ErrKey) && strings.Contains(err.Error(), "NOPERM this user has no permissions to access one of the keys")
+}
+
+// sendCall is sendGroup's one script call (or the fast path's).
+func (s *Store) sendCall(ctx context.Context, calls []*call) {
 	if fast, groups := s.allFast(calls); fast && !s.noFastPath {
 		// A batch of two or more goes out as one call of bucketBatch
 		// rather than as a pipeline of one call each: one call costs
