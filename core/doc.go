@@ -59,7 +59,8 @@
 // decision from one clock (the store's, or an injected floodgate.Clock).
 // Reset forgets the key's states. Close makes Prepare and every Policy
 // fail with ErrClosed, and is safe to call twice. A denial is a Decision,
-// never an error; store failures wrap ErrStore.
+// never an error; store failures wrap ErrStore, and a failure on one key
+// alone (data that is not the store's, a refused command) wraps ErrKey.
 //
 // Then run the conformance suite, package storetest, on it: the
 // hand-computed scenarios, other limiters' published test vectors, the

@@ -27,7 +27,8 @@ type Store interface {
 // Policy decides requests on keys against the limits a Store prepared it
 // with. Its methods return an error only when the input is invalid
 // (wrapping ErrInvalidKey or ErrInvalidCost), the context ended, or the
-// store failed (wrapping ErrStore or ErrClosed); a denied request is a
+// store failed (wrapping ErrStore or ErrClosed; ErrKey, which is ErrStore
+// too, when it failed on that key alone); a denied request is a
 // Decision, not an error.
 type Policy interface {
 	// Take decides whether a request of cost n on key passes every limit,

@@ -259,3 +259,23 @@ func TestReloadKeepsWhatWasUsed(t *testing.T) {
 		t.Errorf("an unknown on_change: %v, want an error at rules.yaml:2", err)
 	}
 }
+
+// KeyErrorKind names each kind of error about one key with one of a
+// fixed set of labels.
+func TestKeyErrorKind(t *testing.T) {
+	tests := []struct {
+		msg, want string
+	}{
+		{"redis: wrong type: key p:{k}:0b holds a value that is not floodgate state", "wrong_type"},
+		{"redis: WRONGTYPE Operation against a key holding the wrong kind of value", "wrong_type"},
+		{"redis: corrupt state: key p:{k}:0b does not hold floodgate data", "corrupt"},
+		{`redis: override "x" is not floodgate's`, "corrupt"},
+		{"redis: NOPERM this user has no permissions to access one of the keys used as arguments", "noperm"},
+		{"redis: NOPERM permission denied in the script: The user executing the script can't access", "noperm"},
+	}
+	for _, tt := range tests {
+		if got := service.KeyErrorKind(fmt.Errorf("%w: %s", floodgate.ErrKey, tt.msg)); got != tt.want {
+			t.Errorf("KeyErrorKind(%q) = %q, want %q", tt.msg, got, tt.want)
+		}
+	}
+}
