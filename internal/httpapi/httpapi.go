@@ -282,7 +282,7 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 	d, err := a.svc.Settle(r.Context(), c.Rule, c.Key, c.Charged, c.Cost)
 	if err != nil {
 		status := statusOf(err)
-		if status >= 500 {
+		if status >= 500 && !errors.Is(err, floodgate.ErrKey) { // the service logs those
 			a.o.Logger.Error("floodgate: settle failed", "rule", c.Rule, "error", err.Error())
 		}
 		problem(w, status, err.Error())
