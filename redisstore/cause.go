@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -30,6 +31,9 @@ func (s *Store) note(err error) {
 			s.cause.Store(nil)
 		}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case strings.HasPrefix(err.Error(), "FLOODGATE "):
+		// The scripts' own answers: about a key, or one the client
+		// expects (a rebase's "overridden"); not the server failing.
 	default:
 		if _, ok := keyFailure(err.Error()); !ok {
 			s.cause.Store(&err)

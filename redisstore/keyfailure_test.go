@@ -42,3 +42,29 @@ func TestWrapKeyFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestCause: the Store keeps the last error of its client's calls that is
+// the server's (not a key's, a script's answer or a context's) until a
+// call succeeds.
+func TestCause(t *testing.T) {
+	s := &Store{}
+	steps := []struct {
+		err  error
+		want string // "" for no cause
+	}{
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), "connection refused"},
+		{context.DeadlineExceeded, "connection refused"},
+		{errors.New("NOPERM this user has no permissions to access one of the keys used as arguments"), "connection refused"},
+		{errors.New("FLOODGATE overridden"), "connection refused"},
+		{errors.New("WRONGPASS invalid username-password pair or user is disabled."), "WRONGPASS"},
+		{nil, ""},
+		{errors.New("LOADING Redis is loading the dataset in memory"), "LOADING"},
+	}
+	for i, st := range steps {
+		s.note(st.err)
+		got := s.Cause()
+		if (got == nil) != (st.want == "") || (got != nil && !strings.Contains(got.Error(), st.want)) {
+			t.Errorf("step %d: Cause() = %v, want %q", i, got, st.want)
+		}
+	}
+}
