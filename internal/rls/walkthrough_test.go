@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,20 +16,63 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/redisstore"
 )
 
 // TestWalkthrough loads examples/envoy's configuration and sends the
-// requests of its walk-through over gRPC, in order, to a fresh floodgate:
-// each answer must be the one the walk-through shows, but for the value
-// of durationUntilReset, which depends on the time.
+// requests of its walk-through over gRPC, in order, to a fresh floodgate
+// on the embedded store and on a redis-server: each answer must be the
+// one the walk-through shows, but for the value of durationUntilReset,
+// which depends on the time; and each counter it shows must be on
+// /metrics, whole line for whole line.
 func TestWalkthrough(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) floodgate.Store
+	}{
+		{"memory", func(t *testing.T) floodgate.Store {
+			st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+			t.Cleanup(func() { st.Close() })
+			return st
+		}},
+		{"redis", func(t *testing.T) floodgate.Store {
+			srv := redistest.Start(t)
+			st, err := redisstore.NewFromURL("redis://"+srv.Addr, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { walkthrough(t, tc.store(t)) })
+	}
+}
+
+// walkthroughMetrics is every ratelimit_service series the walk-through
+// leaves, and its value. The login bucket's burst (3) is below its
+// requests_per_unit (5): its near and over counts are measured against
+// the burst, and over_limit was once uint64(-1). The 25 hits over the
+// window of 20 count as over it, all of them (see decided).
+var walkthroughMetrics = []string{
+	`ratelimit_service_rate_limit_total_hits{domain="edge",key1="path_/api/*",key2=""} 2`,
+	`ratelimit_service_rate_limit_total_hits{domain="edge",key1="path_/login",key2="remote_address"} 4`,
+	`ratelimit_service_rate_limit_total_hits{domain="edge",key1="remote_address",key2=""} 26`,
+	`ratelimit_service_rate_limit_over_limit{domain="edge",key1="path_/login",key2="remote_address"} 1`,
+	`ratelimit_service_rate_limit_over_limit{domain="edge",key1="remote_address",key2=""} 25`,
+	`ratelimit_service_rate_limit_near_limit{domain="edge",key1="path_/login",key2="remote_address"} 1`,
+	`ratelimit_service_rate_limit_within_limit{domain="edge",key1="path_/api/*",key2=""} 2`,
+	`ratelimit_service_rate_limit_within_limit{domain="edge",key1="path_/login",key2="remote_address"} 3`,
+	`ratelimit_service_rate_limit_within_limit{domain="edge",key1="remote_address",key2=""} 1`,
+}
+
+func walkthrough(t *testing.T, st floodgate.Store) {
 	cfg, err := config.Load("../../examples/envoy/config")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
-	t.Cleanup(func() { st.Close() })
 	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +93,13 @@ func TestWalkthrough(t *testing.T) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	steps := 0
+	var shown []string // the README's metrics lines
 	for sc.Scan() {
 		line := sc.Text()
+		if strings.HasPrefix(line, "ratelimit_service_") {
+			shown = append(shown, line)
+			continue
+		}
 		if !strings.HasPrefix(line, "$ curl") {
 			continue
 		}
@@ -75,19 +124,25 @@ func TestWalkthrough(t *testing.T) {
 		}
 		steps++
 	}
-	if steps < 5 {
-		t.Fatalf("the walk-through has %d requests; the test reads it wrong", steps)
+	if steps < 5 || len(shown) < 2 {
+		t.Fatalf("the walk-through has %d requests and %d counters; the test reads it wrong", steps, len(shown))
 	}
-	// And the counters it shows.
+	// The counters, whole lines: "...} 1" is a prefix of "...} 18446744073709551615".
 	var m strings.Builder
 	svc.Metrics.Write(&m)
-	for _, want := range []string{
-		`ratelimit_service_rate_limit_total_hits{domain="edge",key1="path_/login",key2="remote_address"} 4`,
-		`ratelimit_service_rate_limit_over_limit{domain="edge",key1="path_/login",key2="remote_address"} 1`,
-	} {
-		if !strings.Contains(m.String(), want) {
-			t.Errorf("metrics lack %s", want)
+	var series []string
+	for _, line := range strings.Split(m.String(), "\n") {
+		if strings.HasPrefix(line, "ratelimit_service_") {
+			series = append(series, line)
 		}
+	}
+	for _, want := range shown {
+		if !slices.Contains(series, want) {
+			t.Errorf("the README shows %s; /metrics lacks it", want)
+		}
+	}
+	if !slices.Equal(series, walkthroughMetrics) {
+		t.Errorf("/metrics has\n%s\nwant\n%s", strings.Join(series, "\n"), strings.Join(walkthroughMetrics, "\n"))
 	}
 }
 

@@ -344,25 +344,35 @@ func (s *Service) untilReset(c *envoyCheck, now time.Time) time.Duration {
 
 // count adds a decided check to the per-descriptor statistics
 // envoyproxy/ratelimit keeps: within, near (over 80% of the limit) and
-// over the limit, and over it in shadow mode.
+// over the limit, and over it in shadow mode. They are measured against
+// the limit that decided: requests_per_unit for a counting window, the
+// algorithm's quota (its burst) otherwise, since a bucket whose burst is
+// below requests_per_unit denies before that count is reached. Each
+// amount is kept within 0 and the hits, so that no counter can wrap.
 func (s *Service) count(c *envoyCheck) {
 	limit := int64(c.limit.RequestsPerUnit)
+	if !c.limit.Counting && c.lim != nil {
+		limit = c.res.Quota
+	}
 	near := int64(math.Floor(float64(float32(limit) * 0.8)))
 	after := c.before + c.hits
+	add := func(n int64, kind int) {
+		s.envoyStats.Add(uint64(min(max(n, 0), c.hits)), kind, c.stat)
+	}
 	switch {
 	case !c.over:
-		s.envoyStats.Add(uint64(c.hits), withinLimit, c.stat)
+		add(c.hits, withinLimit)
 		if after > near {
-			s.envoyStats.Add(uint64(after-max(near, c.before)), nearLimit, c.stat)
+			add(after-max(near, c.before), nearLimit)
 		}
-	case c.before >= limit:
-		s.envoyStats.Add(uint64(c.hits), overLimit, c.stat)
+	case c.before >= limit || after <= limit:
+		add(c.hits, overLimit)
 	default:
-		s.envoyStats.Add(uint64(after-limit), overLimit, c.stat)
-		s.envoyStats.Add(uint64(limit-max(near, c.before)), nearLimit, c.stat)
+		add(after-limit, overLimit)
+		add(limit-max(near, c.before), nearLimit)
 	}
 	if c.over && c.shadow {
-		s.envoyStats.Add(uint64(min(c.hits, after-limit)), shadowMode, c.stat)
+		add(min(c.hits, after-limit), shadowMode)
 	}
 }
 
