@@ -19,7 +19,7 @@ import (
 //	  - key: remote_address
 //	    rate_limit: {unit: second, requests_per_unit: 10}
 //	  - key: path
-//	    value: /login*              # a trailing * matches any value it starts
+//	    value: /api/*/orders*       # each * matches any run of characters
 //	    rate_limit:
 //	      unit: minute
 //	      requests_per_unit: 5
@@ -85,14 +85,47 @@ type Descriptor struct {
 	Path  string
 	Limit *EnvoyLimit // nil: no limit at this node
 	// Children by "key_value", or "key" for a child without a value;
-	// Wildcards lists, in file order, the children whose name ends in *.
+	// Wildcards lists, in file order, the children whose name holds a *.
 	Children       map[string]*Descriptor
-	Wildcards      []string
+	Wildcards      []Wildcard
 	ShadowMode     bool
 	QuotaMode      bool
 	DetailedMetric bool
 	ValueToMetric  bool
 	ShareThreshold bool
+}
+
+// Wildcard is a child whose name ("key_value") holds a *, which matches
+// any run of characters, the empty one too: "path_/api/*/v*" matches
+// "path_/api/users/v2". A request's entry matches it by its own
+// "key_value", as envoyproxy/ratelimit matches it.
+type Wildcard struct {
+	Name  string
+	parts []string // Name split at each *: at least two
+}
+
+func newWildcard(name string) Wildcard {
+	return Wildcard{Name: name, parts: strings.Split(name, "*")}
+}
+
+// Match reports whether name ("key_value") matches the wildcard. The
+// leftmost place of each middle part is the right one: a later one only
+// leaves less room for the parts after it. Its work is linear in name for
+// each part.
+func (w Wildcard) Match(name string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if len(name) < len(first)+len(last) || !strings.HasPrefix(name, first) || !strings.HasSuffix(name, last) {
+		return false
+	}
+	rest := name[len(first) : len(name)-len(last)]
+	for _, part := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(rest, part)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(part):]
+	}
+	return true
 }
 
 // EnvoyLimit is a descriptor's rate_limit.
@@ -115,7 +148,7 @@ type EnvoyLimit struct {
 
 var (
 	envoyRootFields       = []string{"domain", "descriptors"}
-	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 	envoyLimitFields      = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier"}
 )
 
@@ -191,8 +224,11 @@ func (p *parser) descriptors(parent *Descriptor, list *yaml.Node, path string) {
 		d.DetailedMetric = p.boolean(f["detailed_metric"], dp+".detailed_metric")
 		d.ValueToMetric = p.boolean(f["value_to_metric"], dp+".value_to_metric")
 		d.ShareThreshold = p.boolean(f["share_threshold"], dp+".share_threshold")
-		if d.ShareThreshold && !strings.HasSuffix(name, "*") {
-			p.errorf(f["share_threshold"], dp+".share_threshold", "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", name)
+		if d.ShareThreshold && !strings.Contains(name, "*") {
+			p.errorf(f["share_threshold"], dp+".share_threshold", "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", name)
+		}
+		if md := f["metadata"]; md != nil {
+			p.metadata(md, dp+".metadata")
 		}
 		if rl := f["rate_limit"]; rl != nil {
 			d.Limit = p.envoyLimit(rl, dp+".rate_limit")
@@ -201,8 +237,29 @@ func (p *parser) descriptors(parent *Descriptor, list *yaml.Node, path string) {
 			p.descriptors(d, ds, dp+".descriptors")
 		}
 		parent.Children[name] = d
-		if strings.HasSuffix(name, "*") {
-			parent.Wildcards = append(parent.Wildcards, name)
+		if strings.Contains(name, "*") {
+			parent.Wildcards = append(parent.Wildcards, newWildcard(name))
+		}
+	}
+}
+
+// metadata checks a descriptor's metadata: a mapping of anything, which
+// envoyproxy/ratelimit sends back in the answer's dynamic metadata when
+// it is asked to. floodgate sends no dynamic metadata; it accepts the
+// field, so that such files load, and ignores it.
+func (p *parser) metadata(n *yaml.Node, path string) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+	case n.Kind != yaml.MappingNode:
+		p.errorf(n, path, "must be a mapping")
+	default:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind != yaml.ScalarNode {
+				p.errorf(k, path, "a key must be a string")
+			}
 		}
 	}
 }
@@ -394,7 +451,7 @@ type Entry struct{ Key, Value string }
 
 // Lookup finds the limit that applies to a request's descriptor, as
 // envoyproxy/ratelimit does: each entry matches a child by key and value,
-// then by a wildcard value (a trailing *), then by key alone; the limit
+// then by a wildcard (a value with *), then by key alone; the limit
 // applies when it is on the node of the descriptor's last entry.
 func (d *Domain) Lookup(entries []Entry) Match {
 	var m Match
@@ -416,8 +473,8 @@ func (d *Domain) Lookup(entries []Entry) Match {
 		wildcard := ""
 		if next == nil {
 			for _, w := range node.Wildcards {
-				if strings.HasPrefix(name, strings.TrimSuffix(w, "*")) {
-					next, wildcard = node.Children[w], w
+				if w.Match(name) {
+					next, wildcard = node.Children[w.Name], w.Name
 					break
 				}
 			}

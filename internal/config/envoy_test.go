@@ -3,9 +3,12 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
 )
@@ -156,7 +159,7 @@ func TestEnvoyInvalid(t *testing.T) {
 		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n", `should not have an empty replaces entry`},
 		{"unknown field", "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: second}\n", `x.yaml:4:5: descriptors[0].ratelimit: unknown field`},
 		{"unknown top-level field", "domain: d\nrules: []\n", `x.yaml:2:1: rules: unknown field`},
-		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", `share_threshold can only be used with wildcard values (ending with '*'), but found key 'k_v'`},
+		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", `share_threshold can only be used with wildcard values (containing '*'), but found key 'k_v'`},
 		{"negative requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `requests_per_unit: must be from 0 to 4294967295, got -1`},
 		{"fractional requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n", `must be a whole number, got 1.5`},
 		{"not a bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: yes\n", `shadow_mode: must be true or false, got "yes"`},
@@ -167,6 +170,9 @@ func TestEnvoyInvalid(t *testing.T) {
 		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding-window, burst: 5}\n", `burst: is not a parameter of sliding-window`},
 		{"zero multiplier", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, unit_multiplier: 0}\n", `unit_multiplier: must be from 1 to`},
 		{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", `descriptors: must be a list of descriptors`},
+		{"metadata not a mapping", "domain: d\ndescriptors:\n  - key: k\n    metadata: 5\n", `x.yaml:4:15: descriptors[0].metadata: must be a mapping`},
+		{"metadata a list", "domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n", `descriptors[0].metadata: must be a mapping`},
+		{"metadata key not a string", "domain: d\ndescriptors:\n  - key: k\n    metadata: {[a]: b}\n", `descriptors[0].metadata: a key must be a string`},
 		{"unlimited with algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, algorithm: gcra}\n", `an unlimited rate_limit takes no algorithm`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,4 +316,144 @@ descriptors:
 			t.Errorf("%v: %q, want %q", tc.entries, got, tc.stat)
 		}
 	}
+}
+
+// wildcardConfig has wildcards anywhere in a value, as envoyproxy/ratelimit
+// has them since March 2026 (its README's Example 9): in the middle,
+// several, with share_threshold, nested, and descriptors with metadata.
+const wildcardConfig = `domain: w
+descriptors:
+  - key: path
+    value: /api/*/action
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: route
+    value: /api/*/resource/*/action
+    rate_limit: {unit: minute, requests_per_unit: 21}
+  - key: route
+    value: /api/v1/resource/1/action
+    rate_limit: {unit: minute, requests_per_unit: 22}
+  - key: mid
+    value: /a*v1
+    share_threshold: true
+    metadata:
+      tier: gold
+      nested: {list: [1, two, {three: 3}], "n": ~}
+    rate_limit: {unit: hour, requests_per_unit: 23}
+  - key: multi
+    value: s*e*c
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 24}
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    metadata: ~
+    descriptors:
+      - key: res
+        value: r*v2
+        share_threshold: true
+        rate_limit: {unit: day, requests_per_unit: 25}
+  - key: any
+    value: "*"
+    metadata: {}
+    rate_limit: {unit: second, requests_per_unit: 26}
+`
+
+// TestEnvoyWildcardsAnywhere: a * anywhere in a value matches any run of
+// characters, as in envoyproxy/ratelimit's main branch since March 2026;
+// share_threshold takes them, and a descriptor may have metadata. Before,
+// a * that did not end the value matched only itself, and metadata or
+// share_threshold on such a value refused the file.
+func TestEnvoyWildcardsAnywhere(t *testing.T) {
+	c, err := Parse("w.yaml", []byte(wildcardConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["w"]
+	for _, tc := range []struct {
+		entries []Entry
+		rpu     uint32 // 0: no limit
+		stat    string
+		shared  []string
+	}{
+		{[]Entry{{"path", "/api/123/action"}}, 20, "w.path_/api/*/action", nil},
+		{[]Entry{{"path", "/api/user-id/action"}}, 20, "w.path_/api/*/action", nil},
+		{[]Entry{{"path", "/api//action"}}, 20, "w.path_/api/*/action", nil}, // * matches nothing too
+		{[]Entry{{"path", "/api/123/other"}}, 0, "", nil},
+		{[]Entry{{"path", "/api/action"}}, 0, "", nil}, // "/api/" and "/action" would overlap
+		{[]Entry{{"route", "/api/v1/resource/123/action"}}, 21, "w.route_/api/*/resource/*/action", nil},
+		{[]Entry{{"route", "/api/v1/resource/1/action"}}, 22, "w.route_/api/v1/resource/1/action", nil}, // the value itself first
+		{[]Entry{{"route", "/api/resource/x/action"}}, 0, "", nil},
+		{[]Entry{{"route", "/api/a/action/resource/b/action"}}, 21, "w.route_/api/*/resource/*/action", nil},
+		{[]Entry{{"mid", "/a/b/v1"}}, 23, "w.mid_/a*v1", []string{"/a*v1"}},
+		{[]Entry{{"mid", "/av1"}}, 23, "w.mid_/a*v1", []string{"/a*v1"}},
+		{[]Entry{{"mid", "/a/v1/x"}}, 0, "", nil},
+		{[]Entry{{"multi", "sec"}}, 24, "w.multi_s*e*c", []string{"s*e*c"}},
+		{[]Entry{{"multi", "s_x_e_y_c"}}, 24, "w.multi_s*e*c", []string{"s*e*c"}},
+		{[]Entry{{"multi", "sc"}}, 0, "", nil},
+		{[]Entry{{"tenant", "t1prod"}, {"res", "r9v2"}}, 25, "w.tenant_t*prod.res_r*v2", []string{"t*prod", "r*v2"}},
+		{[]Entry{{"tenant", "t1prod"}, {"res", "r9v3"}}, 0, "", nil},
+		{[]Entry{{"any", ""}}, 26, "w.any_*", nil},
+		{[]Entry{{"any", "x*y"}}, 26, "w.any_*", nil},
+	} {
+		m := d.Lookup(tc.entries)
+		rpu := uint32(0)
+		if m.Limit != nil {
+			rpu = m.Limit.RequestsPerUnit
+		}
+		if rpu != tc.rpu || m.StatKey != tc.stat || !slices.Equal(m.Shared, tc.shared) {
+			t.Errorf("%v: %d per unit, stat %q, shared %q; want %d, %q, %q", tc.entries, rpu, m.StatKey, m.Shared, tc.rpu, tc.stat, tc.shared)
+		}
+	}
+}
+
+// TestWildcardMatch holds the corners of a * matching: overlapping ends,
+// the empty run, several * side by side, and a * in the request's value,
+// which is a character like any other.
+func TestWildcardMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"k_*", "k_", true},
+		{"k_*", "k_x", true},
+		{"k_*", "k", false},
+		{"k_a*a", "k_a", false},
+		{"k_a*a", "k_aa", true},
+		{"k_a*a", "k_aba", true},
+		{"k_a*b*a", "k_aba", true},
+		{"k_a*b*a", "k_aa", false},
+		{"k_a**b", "k_ab", true},
+		{"k_*x*", "k_abc", false},
+		{"k_*x*", "k_x", true},
+		{"k_*ab*ab", "k_abab", true},
+		{"k_*ab*ab", "k_aab", false},
+		{"k_x*y", "k_x*y", true},
+		{"k*", "kx_y", true}, // a * in the key, as envoyproxy/ratelimit matches it
+	} {
+		if got := newWildcard(tc.pattern).Match(tc.name); got != tc.want {
+			t.Errorf("%q matches %q: %t, want %t", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzWildcardMatch checks Match against a regular expression of the
+// same pattern, each * a (?s).*.
+func FuzzWildcardMatch(f *testing.F) {
+	f.Add("a*b*a", "abba")
+	f.Add("*x*", "yxy")
+	f.Add("**", "")
+	f.Fuzz(func(t *testing.T, pattern, name string) {
+		if !strings.Contains(pattern, "*") || !utf8.ValidString(pattern) || len(pattern) > 64 || len(name) > 256 {
+			return
+		}
+		parts := strings.Split(pattern, "*")
+		for i, p := range parts {
+			parts[i] = regexp.QuoteMeta(p)
+		}
+		re := regexp.MustCompile(`^(?s)` + strings.Join(parts, ".*") + `$`)
+		if got, want := newWildcard(pattern).Match(name), re.MatchString(name); got != want {
+			t.Errorf("%q matches %q: %t, want %t", pattern, name, got, want)
+		}
+	})
 }
