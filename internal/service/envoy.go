@@ -248,9 +248,14 @@ func decided(c *envoyCheck, r *floodgate.Request) {
 }
 
 // envoyResponse builds the answer: a status per descriptor and the overall
-// code, with the RateLimit headers when they are enabled.
+// code, with the RateLimit headers when they are enabled. As in
+// envoyproxy/ratelimit since March 2026, a quota_mode descriptor over its
+// limit is OVER_LIMIT in its status, and makes the overall code
+// OVER_LIMIT only when every quota_mode descriptor of the request is over
+// its limit: the request may pass while any quota has room.
 func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
 	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(checks))}
+	quotas, quotasOver := 0, 0
 	// The statuses' messages, allocated together rather than one by one.
 	parts := make([]statusParts, len(checks))
 	now := s.now()
@@ -277,12 +282,15 @@ func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
 			st.LimitRemaining = uint32(min(c.res.Remaining, math.MaxUint32))
 		}
 		s.count(c)
+		if c.quota {
+			quotas++
+		}
 		switch {
-		case c.over && c.quota:
-			// quota_mode: reported, not enforced.
-			st.LimitRemaining, st.DurationUntilReset = 0, nil
 		case c.over && c.shadow:
 			// shadow_mode: counted, never denies.
+		case c.over && c.quota:
+			st.Code = rls.RateLimitResponse_OVER_LIMIT
+			quotasOver++
 		case c.over:
 			st.Code = rls.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
@@ -290,9 +298,12 @@ func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
 		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
 			minimum, minRemaining = st, st.LimitRemaining
 		}
-		if st.Code == rls.RateLimitResponse_OVER_LIMIT {
+		if st.Code == rls.RateLimitResponse_OVER_LIMIT && !c.quota {
 			minimum, minRemaining = st, 0
 		}
+	}
+	if quotas > 0 && quotasOver == quotas {
+		resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
 	}
 	s.countEnvoy(resp.OverallCode == rls.RateLimitResponse_OK)
 	if s.rlsHeaders && minimum != nil {

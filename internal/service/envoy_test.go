@@ -117,10 +117,20 @@ func TestShouldRateLimit(t *testing.T) {
 			want: []status{{over: true, rpu: 0, reset: hourLeft}}, over: true},
 		{name: "floodgate's token bucket", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("bucket", "a")}}},
 			want: []status{{rpu: 1, remaining: 2, reset: 1}}},
-		{name: "quota mode reports, does not deny", reqs: []*rls.RateLimitRequest{
+		// quota_mode as envoyproxy/ratelimit answers it since March 2026:
+		// the request is over when every quota of it is.
+		{name: "quota mode: over when every quota is", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}}},
-			want: []status{{rpu: 1, reset: -1}}},
+			want: []status{{over: true, rpu: 1, reset: minuteLeft}}, over: true},
+		{name: "quota mode: passes while a quota has room", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a"), rlsDesc("quota", "b")}}},
+			want: []status{{over: true, rpu: 1, reset: minuteLeft}, {rpu: 1, remaining: 0, reset: minuteLeft}}},
+		{name: "quota mode: every quota over, the other limit within", reqs: []*rls.RateLimitRequest{
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a"), rlsDesc("quota", "a")}}},
+			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}, {over: true, rpu: 1, reset: minuteLeft}}, over: true},
 		{name: "shadow mode", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}}},
