@@ -26,8 +26,17 @@ import (
 )
 
 // RatelimitVersion is the version of github.com/envoyproxy/ratelimit that
-// the tests compare with: its main branch of 2026-01-22.
-const RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+// the tests and rlsbench compare with: its main branch of 2026-07-06
+// (f2fb15770f7f), with wildcards anywhere in a value, descriptor
+// metadata, and quota_mode's answer of March 2026.
+const RatelimitVersion = "v1.4.1-0.20260706065234-f2fb15770f7f"
+
+// SourceEnv names the environment variable that may hold the path of a
+// checkout of envoyproxy/ratelimit at RatelimitVersion's commit: the peer
+// is then built from it rather than fetched through the Go module proxy,
+// for machines whose proxy does not serve that version. Its dependencies
+// still come through the proxy.
+const SourceEnv = "FLOODGATE_RATELIMIT_SRC"
 
 var (
 	buildOnce sync.Once
@@ -40,7 +49,8 @@ func required() bool {
 }
 
 // BuildRatelimit returns the path of envoyproxy/ratelimit's service_cmd at
-// RatelimitVersion, built with go install the first time on this machine
+// RatelimitVersion, built with go install (or from $FLOODGATE_RATELIMIT_SRC,
+// see SourceEnv) the first time on this machine
 // and kept in the user's cache directory (see cacheDir) for later runs:
 // one binary per version, where a temporary directory per process left
 // 34 MB behind on every run. It builds at most once per process; the
@@ -69,8 +79,13 @@ func buildRatelimit() (string, error) {
 	defer os.RemoveAll(tmp)
 	cmd := exec.Command("go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+RatelimitVersion)
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=-mod=mod", "GOWORK=off")
+	if src := os.Getenv(SourceEnv); src != "" {
+		cmd = exec.Command("go", "build", "-o", filepath.Join(tmp, "service_cmd"), "./src/service_cmd")
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install envoyproxy/ratelimit: %v\n%s", err, out)
+		return "", fmt.Errorf("%s envoyproxy/ratelimit %s: %v (set %s to a checkout of it when the module proxy does not serve it)\n%s", cmd.Args[1], RatelimitVersion, err, SourceEnv, out)
 	}
 	if err := os.Rename(filepath.Join(tmp, "service_cmd"), bin); err != nil {
 		return "", err

@@ -22,9 +22,11 @@ import (
 )
 
 // diffConfig exercises what envoyproxy/ratelimit's format has: values,
-// nesting, a trailing wildcard, share_threshold, unlimited, shadow_mode,
-// a limit of 0, and replaces. Units are hours and days, so that a run
-// does not cross a window's end.
+// nesting, wildcards (trailing, in the middle, several), share_threshold
+// on each, unlimited, shadow_mode, quota_mode, metadata, a limit of 0,
+// replaces, and every unit. The counting limits are of a minute or more,
+// and a run does not cross a minute's end (waitOutWindowEnd); the limit
+// of a second is 0, which every hit is over whatever its window.
 const diffConfig = `domain: diff
 descriptors:
   - key: remote_address
@@ -57,6 +59,35 @@ descriptors:
   - key: tier
     value: high
     rate_limit: {unit: hour, requests_per_unit: 9, replaces: [{name: low}]}
+  - key: route
+    value: /api/*/action
+    metadata: {team: edge, owners: [a, b], limits: {soft: 1}}
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: route
+    value: /api/*/res/*/action
+    rate_limit: {unit: week, requests_per_unit: 5}
+  - key: route
+    value: /api/v1/res/1/action
+    rate_limit: {unit: month, requests_per_unit: 3}
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    descriptors:
+      - key: svc
+        value: s*e*c
+        share_threshold: true
+        rate_limit: {unit: year, requests_per_unit: 4}
+  - key: mid
+    value: a*z
+    share_threshold: true
+    value_to_metric: true
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: quota
+    value: q*
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: persecond
+    rate_limit: {unit: second, requests_per_unit: 0}
 `
 
 // TestSameAnswersAsEnvoyRatelimit sends the same random requests to
@@ -66,7 +97,6 @@ descriptors:
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
 func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 	peertest.Build(t)
-	waitOutHourEnd(t)
 	for _, tc := range []struct {
 		name   string
 		atomic bool
@@ -83,6 +113,8 @@ func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 			peer := peertest.Start(t, srv.Addr, map[string]string{"diff.yaml": diffConfig}, env...)
 			ours := startFloodgate(t, srv.Addr, tc.atomic)
 			theirs := peertest.Client(t, peer.GRPC)
+			waitOutWindowEnd(t, time.Minute, 5*time.Second)
+			start := time.Now()
 
 			rng := rand.New(rand.NewPCG(1, uint64(len(tc.name))))
 			over, differing := 0, 0
@@ -106,7 +138,7 @@ func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("400 requests, %d over the limit, %d answers differing", over, differing)
+			t.Logf("400 requests in %s, %d over the limit, %d answers differing", time.Since(start).Round(time.Millisecond), over, differing)
 			if over == 0 || over == 400 {
 				t.Errorf("%d of 400 requests over the limit: the sequence tests too little", over)
 			}
@@ -114,17 +146,15 @@ func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 	}
 }
 
-// waitOutHourEnd waits, at most a few seconds, for an hour to end when
-// one is about to: windows of an hour must not end between the two
-// services' answers.
-func waitOutHourEnd(t *testing.T) {
-	left := time.Hour - time.Duration(time.Now().UnixNano())%time.Hour
-	if left < 5*time.Second {
+// waitOutWindowEnd waits for a window of length w (a minute: the
+// shortest that counts) to end when less than room is left of it: no
+// window may end between the two services' answers, and a run takes a
+// few seconds. Every longer unit ends at the end of a minute too.
+func waitOutWindowEnd(t *testing.T, w, room time.Duration) {
+	left := w - time.Duration(time.Now().UnixNano())%w
+	if left < room {
+		t.Logf("waiting %s for a %s window to end", left, w)
 		time.Sleep(left + 100*time.Millisecond)
-	}
-	if left := time.Hour - time.Duration(time.Now().UnixNano())%time.Hour; left < 2*time.Minute {
-		// A run takes seconds; give it room.
-		t.Logf("%s to the end of the hour", left)
 	}
 }
 
@@ -147,8 +177,12 @@ func startFloodgate(t *testing.T, redisAddr string, atomic bool) rlsv3.RateLimit
 	return peertest.Client(t, addr)
 }
 
-// shadowDescriptor is the index of the shadow_mode maker in descriptors.
-const shadowDescriptor = 7
+// shadowDescriptor and quotaDescriptor are the indexes of the shadow_mode
+// and quota_mode makers in descriptors.
+const (
+	shadowDescriptor = 7
+	quotaDescriptor  = 17
+)
 
 // descriptor makers: what Envoy's actions produce, with values from small
 // sets so that counters fill up.
@@ -183,10 +217,32 @@ var descriptors = []func(r *rand.Rand) *rlcommon.RateLimitDescriptor{
 		return desc("remote_address", strings.Repeat("a", 2000)+fmt.Sprint(r.IntN(2)))
 	},
 	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		d := desc("remote_address", fmt.Sprintf("10.9.0.%d", r.IntN(2)))
-		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: typev3.RateLimitUnit_HOUR}
+		// 7 is the RLS answer's WEEK, which the descriptor's enum lacks.
+		// Each unit has its own values: envoyproxy/ratelimit's counters of
+		// two units on one descriptor are one when their windows start
+		// together (an hour's and a day's at midnight), floodgate's never.
+		units := []typev3.RateLimitUnit{typev3.RateLimitUnit_MINUTE, typev3.RateLimitUnit_HOUR, typev3.RateLimitUnit_DAY, 7, typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR}
+		u := r.IntN(len(units))
+		d := desc("remote_address", fmt.Sprintf("10.9.%d.%d", u, r.IntN(2)))
+		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: units[u]}
 		return d
 	},
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		return desc("route", []string{"/api/1/action", "/api/x/y/action", "/api/1/other", "/api//action", "/api/action"}[r.IntN(5)])
+	},
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		return desc("route", []string{"/api/v1/res/1/action", "/api/v1/res/2/action", "/api/v2/res/x/y/action", "/api/res/1/action"}[r.IntN(4)])
+	},
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		return desc("tenant", []string{"t1prod", "t2prod", "tprod", "t1dev"}[r.IntN(4)], "svc", []string{"sec", "s1e2c", "sxc", "s-e-c-"}[r.IntN(4)])
+	},
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		return desc("mid", []string{"az", "abz", "a/b/z", "za", "ab"}[r.IntN(5)])
+	},
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		return desc("quota", []string{"q1", "q2", "x"}[r.IntN(3)])
+	},
+	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("persecond", "x") },
 }
 
 func desc(kv ...string) *rlcommon.RateLimitDescriptor {
@@ -203,9 +259,10 @@ func desc(kv ...string) *rlcommon.RateLimitDescriptor {
 // GET-then-INCR approximation is exact (docs/envoy.md lists the rest): every
 // hit counts one (with more, it still adds the hits of the descriptor
 // that goes over), no counter comes twice in a request (it checks each
-// against the count before the request), and no shadow_mode limit (one
-// over its limit stops the others' increments there, though the request
-// is allowed; in floodgate a shadow limit never changes what is charged).
+// against the count before the request), and no shadow_mode or quota_mode
+// limit (one over its limit stops the others' increments there, though
+// the request may be allowed; in floodgate such a limit never changes
+// what is charged).
 func randomRequest(r *rand.Rand, atomic bool) *rlsv3.RateLimitRequest {
 	req := &rlsv3.RateLimitRequest{Domain: "diff"}
 	if r.IntN(20) == 0 {
@@ -214,7 +271,7 @@ func randomRequest(r *rand.Rand, atomic bool) *rlsv3.RateLimitRequest {
 	used := map[int]bool{}
 	for range 1 + r.IntN(3) {
 		i := r.IntN(len(descriptors))
-		if atomic && (used[i] || i == shadowDescriptor) {
+		if atomic && (used[i] || i == shadowDescriptor || i == quotaDescriptor) {
 			continue
 		}
 		used[i] = true
