@@ -948,3 +948,51 @@ func TestRedisMonitor(t *testing.T) {
 		t.Errorf("after the restart: %v", body)
 	}
 }
+
+// TestEnvoyNewerFormat: floodgate check and serve take a domain of
+// envoyproxy/ratelimit's format as its main branch has it since March
+// 2026, a * anywhere in a value and metadata on a descriptor; both
+// refused the file before.
+func TestEnvoyNewerFormat(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "edge.yaml"), `domain: edge
+descriptors:
+  - key: route
+    value: /api/*/resource/*/action
+    metadata: {team: edge, owners: [a, b]}
+    rate_limit: {unit: minute, requests_per_unit: 21}
+  - key: tenant
+    value: t*prod
+    share_threshold: true
+    rate_limit: {unit: week, requests_per_unit: 22}
+`)
+	out, err := exec.Command(binary, "check", "--config", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "edge.route_/api/*/resource/*/action: 21 per 1m0s") || !strings.Contains(string(out), "edge.tenant_t*prod: 22 per 168h0m0s") {
+		t.Errorf("check --config: %v\n%s", err, out)
+	}
+	in := serve(t, "--config", dir, "--grpc", "127.0.0.1:0")
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	for _, tc := range []struct {
+		key, value string
+		rpu        uint32 // 0: no limit applies
+	}{
+		{"route", "/api/v1/resource/7/action", 21},
+		{"route", "/api/v1/resource/7/other", 0},
+		{"tenant", "t1prod", 22},
+		{"tenant", "t1dev", 0},
+	} {
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: tc.key, Value: tc.value}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != tc.rpu {
+			t.Errorf("%s=%s: limit %d, want %d", tc.key, tc.value, got, tc.rpu)
+		}
+	}
+}
