@@ -13,6 +13,7 @@ import (
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		envoyExample,
+		wildcardConfig,
 		"rules:\n  - {name: api, algorithm: token-bucket, rate: 100, period: 1m, burst: 200}\n",
 		"rules:\n  - name: tiered\n    limits:\n      - {algorithm: fixed-window, limit: 10000, calendar: day, timezone: Europe/Paris}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    value: v*\n    share_threshold: true\n    descriptors:\n      - key: u\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
