@@ -110,8 +110,9 @@ func newWildcard(name string) Wildcard {
 
 // Match reports whether name ("key_value") matches the wildcard. The
 // leftmost place of each middle part is the right one: a later one only
-// leaves less room for the parts after it. Its work is linear in name for
-// each part.
+// leaves less room for the parts after it. Its work is bounded by the
+// name's length times the wildcard's parts, both bounded by the request
+// and the file.
 func (w Wildcard) Match(name string) bool {
 	first, last := w.parts[0], w.parts[len(w.parts)-1]
 	if len(name) < len(first)+len(last) || !strings.HasPrefix(name, first) || !strings.HasSuffix(name, last) {
