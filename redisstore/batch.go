@@ -46,6 +46,7 @@ type call struct {
 	queued    bool
 	abandoned bool
 	asked     time.Time // when it queued
+	work      int64     // its sliding-log work (logWork), set as it queues
 
 	// The storage of keys and out for a lone limit, so that a decision
 	// allocates neither.
@@ -82,7 +83,8 @@ type batcher struct {
 
 	mu       sync.Mutex
 	pending  []*call
-	inflight int // script calls in flight
+	work     int64 // the log work of pending, added up (see fit)
+	inflight int   // script calls in flight
 	// size is how many calls the script calls carried as they went out,
 	// averaged over the last few (an exponentially weighted moving
 	// average, of weight 1/8, in 256ths of a call).
@@ -137,7 +139,7 @@ func (b *batcher) close() {
 	b.mu.Lock()
 	b.closed = true
 	pending := b.pending
-	b.pending = nil
+	b.pending, b.work = nil, 0
 	for _, q := range b.masters {
 		pending = append(pending, q.pending...)
 		q.pending = nil
@@ -216,10 +218,99 @@ func (b *batcher) room(k int) bool {
 }
 
 // sendable reports whether a worker can send what is queued now: calls
-// wait, and there is room for a script call of them (up to maxBatch).
-// b.mu is held.
+// wait, and there is room for a script call of them (see next). b.mu is
+// held.
 func (b *batcher) sendable() bool {
-	return len(b.pending) > 0 && b.room(min(len(b.pending), b.maxBatch))
+	k, _, full := b.next()
+	return k > 0 && b.room(full)
+}
+
+// next returns how many of the calls queued go out in the next script
+// call and their log work (see fit), and the batch size that room should
+// judge it by: a call that the log budget closed is a full one, not one
+// that would go out early with few calls. b.mu is held.
+func (b *batcher) next() (k int, work int64, full int) {
+	k, work = b.fit(b.pending, b.work)
+	if k < min(len(b.pending), b.maxBatch) {
+		return k, work, b.maxBatch
+	}
+	return k, work, k
+}
+
+// maxBatchLogWork bounds the sliding-log work of one script call (see
+// logWork): a few of the heaviest requests' worth, so that no batch holds
+// Redis, and every other client, for more than a few milliseconds.
+const maxBatchLogWork = 4 * core.MaxLogQuota
+
+// removedPerWritten is how many sliding-log members that a script removes
+// (expired or refunded) count as one that it writes: ZREMRANGE drops a
+// member for well under an eighth of what decide.lua's ZADD of a new name
+// costs, so an eighth leaves a margin.
+const removedPerWritten = 8
+
+// fit returns how many of queue, from its first, go out in one script
+// call, and their log work added up: up to maxBatch, and beyond the first
+// only while their log work stays within maxBatchLogWork. The first always
+// goes, as one request's work is bounded already (core.MaxLogQuota), and
+// a call that does not fit is the first of the next, so none waits for
+// long. work is queue's added up: with no sliding log queued it is 0, and
+// costs no more than that comparison.
+func (b *batcher) fit(queue []*call, work int64) (int, int64) {
+	k := min(len(queue), b.maxBatch)
+	if work == 0 || k == 0 || (k == len(queue) && work <= maxBatchLogWork) {
+		return k, work
+	}
+	w := queue[0].work
+	for i := 1; i < k; i++ {
+		if w+queue[i].work > maxBatchLogWork {
+			return i, w
+		}
+		w += queue[i].work
+	}
+	return k, w
+}
+
+// logWork returns the most sliding-log work that c can cost a script
+// call: a group's, its members' added up. It counts the limits of c's
+// Policy, which is all the batcher knows: a key's override that is a
+// sliding log, or a log that another Policy with a larger limit filled,
+// can cost more, so a batch of such requests is bounded only by maxBatch
+// times one request's work (core.MaxLogQuota), as before. An
+// all-or-nothing group that is undone also removes what it wrote, which
+// the margin in removedPerWritten absorbs.
+func (c *call) logWork() int64 {
+	if c.group == nil {
+		return c.p.logWork(c.n, c.op)
+	}
+	var w int64
+	for _, m := range c.group {
+		w += m.p.logWork(m.n, m.op)
+	}
+	return w
+}
+
+// logWork returns the most sliding-log work of a request of cost n doing o
+// on p's limits, in members written, a member removed counting
+// 1/removedPerWritten: each log may expire up to twice its limit (the
+// most a forced charge fills it to), a take writes n members on each log
+// (if n fits every limit), a forced charge up to twice the limit, and a
+// refund removes up to as many. 0 without a sliding log.
+func (p *policy) logWork(n int64, o op) int64 {
+	if p.logs == 0 {
+		return 0
+	}
+	each := min(n, 2*core.MaxLogQuota) // no overflow in each*p.logs
+	var written int64
+	removed := 2 * p.logQuota
+	switch o {
+	case opTake:
+		written = min(each*p.logs, p.logQuota)
+	case opCharge:
+		written = min(each*p.logs, 2*p.logQuota)
+	case opRefund:
+		removed += min(each*p.logs, 2*p.logQuota)
+	}
+	return written + (removed+removedPerWritten-1)/removedPerWritten
 }
 
 // smallLimit is the room while batches are small: the limit adapt climbs
@@ -310,6 +401,7 @@ func (b *batcher) do(c *call) error {
 	// the start of its round trip if it goes out at once, of its wait if
 	// it queues.
 	asked := b.now()
+	c.work = c.logWork()
 	b.mu.Lock()
 	if len(b.pending) == 0 && b.room(1) && !b.closed {
 		// Room for another script call and nothing queued: no reason to
@@ -327,6 +419,7 @@ func (b *batcher) do(c *call) error {
 	c.wait()
 	c.asked = asked
 	b.pending = append(b.pending, c)
+	b.work += c.work
 	// A worker is woken only when it can send: room opens otherwise only
 	// as a script call ends, and finished wakes one then.
 	wake := b.sendable()
@@ -350,6 +443,7 @@ func (b *batcher) do(c *call) error {
 type masterQueue struct {
 	inflight int
 	pending  []*call
+	work     int64 // the log work of pending, added up (see fit)
 }
 
 // masterInflight is how many pipelines a Cluster master may have in
@@ -368,6 +462,7 @@ const masterInflight = 4
 // callers waiting.
 func (b *batcher) doCluster(c *call) error {
 	addr := b.s.masterOf(c.ctx, c.keys[0])
+	c.work = c.logWork()
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -387,6 +482,7 @@ func (b *batcher) doCluster(c *call) error {
 	}
 	c.wait()
 	q.pending = append(q.pending, c)
+	q.work += c.work
 	b.mu.Unlock()
 	select {
 	case <-c.ready:
@@ -411,7 +507,10 @@ func (b *batcher) masterDone(addr string) {
 		b.mu.Unlock()
 		return
 	}
-	k := min(len(q.pending), b.maxBatch)
+	// The pipeline's script calls run one after another: their log work
+	// is bounded together, as one script call's.
+	k, work := b.fit(q.pending, q.work)
+	q.work -= work
 	batch := make([]*call, k)
 	copy(batch, q.pending)
 	rest := copy(q.pending, q.pending[k:])
@@ -453,11 +552,12 @@ func (b *batcher) worker() {
 		}
 		for {
 			b.mu.Lock()
-			if !b.sendable() {
+			k, work, full := b.next()
+			if k == 0 || !b.room(full) {
 				b.mu.Unlock()
 				break
 			}
-			k := min(len(b.pending), b.maxBatch)
+			b.work -= work
 			batch = append(batch[:0], b.pending[:k]...)
 			rest := copy(b.pending, b.pending[k:])
 			clear(b.pending[rest:])

@@ -67,6 +67,14 @@ type Options struct {
 	// flight instead. Default: 8.
 	MaxInflight int
 	// MaxBatch is the most decisions in one script call. Default: 128.
+	//
+	// A batch also closes when its sliding logs' work reaches a budget of
+	// four times MaxLogQuota members written (a member expired or
+	// refunded counting an eighth), worked out from each request's limits
+	// and cost, so that no script call holds Redis for more than a few
+	// milliseconds; a request that does not fit goes first in the next
+	// batch. A request alone always goes. Requests without a sliding log
+	// add nothing to it.
 	MaxBatch int
 	// DenialCache answers locally a request that Redis denied a moment ago
 	// (same key, limits and cost) until the retry-after Redis gave, with
@@ -268,6 +276,10 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 		if sp.Calendar != 0 {
 			p.calendar = true
 		}
+		if sp.Kind == core.Log {
+			p.logs++
+			p.logQuota += sp.Quota
+		}
 	}
 	if len(p.specs) == 1 && p.specs[0].Kind == core.Bucket {
 		p.fast = newFastArgs(&p.specs[0], s.extraTTL)
@@ -323,6 +335,10 @@ type policy struct {
 	calendar bool         // a limit is a calendar window: params vary with the time
 	fast     *fastArgs    // a lone bucket or fixed (not calendar) window: the fast path's arguments; nil otherwise
 	leaseK   int64        // with leases, a lone bucket's lease size; 0 without
+	// The sliding logs among the limits: how many, and their quotas added
+	// up (at most core.MaxLogQuota), for the batcher's bound on a script
+	// call's log work (see logWork); 0 and 0 without one.
+	logs, logQuota int64
 }
 
 // keys returns the Redis keys of key's limits, each built at its exact
