@@ -74,7 +74,10 @@ type Options struct {
 	// and cost, so that no script call holds Redis for more than a few
 	// milliseconds; a request that does not fit goes first in the next
 	// batch. A request alone always goes. Requests without a sliding log
-	// add nothing to it.
+	// add nothing to it. A key's override is not known before its script
+	// runs, so requests whose overrides make sliding logs of other limits
+	// count as their own limits do: their batch is bounded by MaxBatch
+	// requests' work, as without the budget.
 	MaxBatch int
 	// DenialCache answers locally a request that Redis denied a moment ago
 	// (same key, limits and cost) until the retry-after Redis gave, with
