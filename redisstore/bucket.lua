@@ -20,17 +20,17 @@
 -- bytes. Binary, because Redis turns an array of numbers into its reply,
 -- and the client back, at a cost per number that a string does not have;
 -- a batch's reply is its records one after the other, one string.
-local RECORD_DECISION = 0 -- a decision
-local RECORD_OVERRIDE = 1 -- a decision by the key's override, and the override
-local RECORD_ELSEWHERE = 2 -- the key's override alone: decide.lua decides it
-local RECORD_ERROR = 3 -- the decision's error message (in a batch)
+local RECORD_DECISION = {{RECORD_DECISION}} -- a decision
+local RECORD_OVERRIDE = {{RECORD_OVERRIDE}} -- a decision by the key's override, and the override
+local RECORD_ELSEWHERE = {{RECORD_ELSEWHERE}} -- the key's override alone: decide.lua decides it
+local RECORD_ERROR = {{RECORD_ERROR}} -- the decision's error message (in a batch)
 
 -- A request's argument says by its length what it decides: 40 bytes
--- (windowArgLen in fastpath.go) a fixed window, 80 a bucket, and one more
+-- (windowArgLen in protocol.go) a fixed window, 80 a bucket, and one more
 -- byte than these a key that another request of the call names too (see
 -- bucketBatch); a group's mark is shorter than all of them. WINDOW_ARG is
 -- the shortest, BUCKET_ARG the shortest a bucket's.
-local WINDOW_ARG, BUCKET_ARG = 40, 80
+local WINDOW_ARG, BUCKET_ARG = {{WINDOW_ARG}}, {{BUCKET_ARG}}
 
 -- bucketExpiry says how a bucket's key charged at now (µs, the server's
 -- clock) stays until ttl ms from now, when its limit is full again, given
@@ -167,14 +167,14 @@ local function readWindow(key, raw)
   return ov, oraw, #raw, start, stop, count, last, skew
 end
 
--- loadState returns the state of the bucket (kind 1) or fixed window
--- (kind 2) at key as this call has it in seen, reading it at the key's
+-- loadState returns the state of the bucket (kind BUCKET) or fixed
+-- window (FIXED) at key as this call has it in seen, reading it at the key's
 -- first decision of the call (or taking raw, its value as MGET read it,
 -- see readBucket); or nil and an error reply.
 local function loadState(key, seen, kind, raw)
   local s = seen[key]
   if s then return s end
-  if kind == 1 then
+  if kind == BUCKET then
     local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
     if ov == nil then return nil, oraw end
     s = newBucket(ov, oraw, size, tat, f, sr, last, skew, e)
@@ -189,7 +189,7 @@ end
 
 -- liveOverride returns a key's override ov, or false for none or an
 -- expired one at now, and whether the fast path decides with it: a lone
--- limit of the kind (1 bucket, 2 fixed window; an override's window is
+-- limit of the kind (BUCKET or FIXED; an override's window is
 -- never a calendar one) is decided here, with its parameters; other
 -- limits are decide.lua's, and the request's record then holds the
 -- override alone, which tells the client to send the request there.
@@ -280,13 +280,13 @@ local function decideBucketKey(key, arg, serverTime, seen, raw)
   local s = seen[key]
   if not s then
     local err
-    s, err = loadState(key, seen, 1, raw)
+    s, err = loadState(key, seen, BUCKET, raw)
     if not s then return nil, err end
   end
 
   -- The key's override, if it has one (see liveOverride).
   local ov, here = s.ov, true
-  if ov then ov, here = liveOverride(ov, now, 1) end
+  if ov then ov, here = liveOverride(ov, now, BUCKET) end
   if not here then return elsewhere(s.oraw) end
   if ov then L, R, P, tauQ, tauR, iq, ir = overrideBucket(ov, n) end
   if mode == REFUND and n > L then n = L end -- at most the quota, as core's Refund
@@ -351,7 +351,7 @@ local function decideBucketLone(key, arg, serverTime, raw)
   end
   if ov then
     local here
-    ov, here = liveOverride(ov, now, 1)
+    ov, here = liveOverride(ov, now, BUCKET)
     if not here then return elsewhere(oraw) end
     if ov then L, R, P, tauQ, tauR, iq, ir = overrideBucket(ov, n) end
   end
@@ -426,13 +426,13 @@ local function decideWindowKey(key, arg, serverTime, seen, raw)
   local s = seen[key]
   if not s then
     local err
-    s, err = loadState(key, seen, 2, raw)
+    s, err = loadState(key, seen, FIXED, raw)
     if not s then return nil, err end
   end
 
   -- The key's override, if it has one (see liveOverride).
   local ov, here = s.ov, true
-  if ov then ov, here = liveOverride(ov, now, 2) end
+  if ov then ov, here = liveOverride(ov, now, FIXED) end
   if not here then return elsewhere(s.oraw) end
   if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
   if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
@@ -481,7 +481,7 @@ local function decideWindowLone(key, arg, serverTime, raw)
   local found = size > 0
   if ov then
     local here
-    ov, here = liveOverride(ov, now, 2)
+    ov, here = liveOverride(ov, now, FIXED)
     if not here then return elsewhere(oraw) end
     if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
   end
@@ -572,8 +572,8 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
       _, _, _, _, _, _, bare = parseBucket(raw)
     end
     if not bare then
-      local kind = 1
-      if size < BUCKET_ARG then kind = 2 end
+      local kind = BUCKET
+      if size < BUCKET_ARG then kind = FIXED end
       local s, err = loadState(key, seen, kind, raw)
       if not s then return errRecord(err) end
       if s.ov then

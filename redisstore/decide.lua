@@ -49,10 +49,12 @@
 -- the chunk runs once, at load, and each FCALL calls it: that spares Redis
 -- building every helper below at every call.
 
-local BUCKET, FIXED, SLIDING, LOG = 1, 2, 3, 4
 -- MAXLOG is core's MaxLogQuota: the largest sliding log limit that a
 -- request is decided against, which bounds the members it adds.
-local MAXLOG = 250
+local MAXLOG = {{MAXLOG}}
+-- The last bytes of a bucket's and a fixed window's state keys, their
+-- kinds' letters (see SUFFIXES), by which decideBatch writes each form.
+local BUCKET_LETTER, FIXED_LETTER = {{BUCKET_LETTER}}, {{FIXED_LETTER}}
 
 -- The call's keys and arguments, as KEYS and ARGV are to a script, and
 -- what the call has read and written. decideBatch sets them all afresh at
@@ -612,7 +614,8 @@ local function makeCarry()
     states[key], ttls[key] = false, 0
   end
 
-  local ADDITIVE, AS_IS, PROPORTIONAL, RESET_USAGE = 0, 1, 2, 3
+  -- core.Strategy, as the item's argument says it.
+  local ADDITIVE, AS_IS, PROPORTIONAL, RESET_USAGE = {{ADDITIVE}}, {{AS_IS}}, {{PROPORTIONAL}}, {{RESET_USAGE}}
 
   -- carryWant is core.Carry: how many units a limit of toQuota keeps of an
   -- old limit's fromRemaining of fromQuota under the strategy st.
@@ -764,9 +767,9 @@ local function decideBatch(keys, argv)
     else
       -- The key's last letter is its limit's kind (see suffixOf).
       local value, kind = nil, byte(key, -1)
-      if kind == 98 then -- b
+      if kind == BUCKET_LETTER then
         value = fmtBucket(v[1], v[2], v[3], v[4], v[5], 0, false)
-      elseif kind == 102 then -- f
+      elseif kind == FIXED_LETTER then
         value = fmtFixed(v[1], v[2], v[3], v[4], v[5], false)
       else
         value = fmt5(v[1], v[2], v[3], v[4], v[5])

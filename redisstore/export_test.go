@@ -104,7 +104,3 @@ func decisions(calls []*call) ([]core.Decision, []error) {
 	}
 	return ds, errs
 }
-
-// DecideSource is decide.lua's text, for the tests that hold its
-// constants to core's.
-var DecideSource = decideSource

@@ -31,8 +31,8 @@ var bucketSource string
 // bucketScript and bucketsScript are the fast path as scripts: one
 // decision, and a batch of them.
 var (
-	bucketScript  = redis.NewScript(preludeSource + "init()\n" + bucketSource + "return bucketOne(KEYS[1], ARGV[1])\n")
-	bucketsScript = redis.NewScript(preludeSource + "init()\n" + bucketSource + "return bucketBatch(KEYS, ARGV)\n")
+	bucketScript  = redis.NewScript(expandLua(preludeSource + "init()\n" + bucketSource + "return bucketOne(KEYS[1], ARGV[1])\n"))
+	bucketsScript = redis.NewScript(expandLua(preludeSource + "init()\n" + bucketSource + "return bucketBatch(KEYS, ARGV)\n"))
 )
 
 // The function library holds the fast path and decide.lua as Redis
@@ -43,7 +43,8 @@ var (
 // once, at load. For decide.lua, whose chunk builds some thirty helpers,
 // that is most of the cost of a call that decides one request. The
 // library and its functions are named by a hash of the library's code, so
-// that floodgate versions sharing a Redis never call each other's code.
+// that floodgate versions sharing a Redis never call each other's code
+// (the code with Go's constants written in, see protocol.go).
 var (
 	libraryCode, libraryName = library()
 	bucketFunction           = libraryName + "_bucket"
@@ -52,7 +53,7 @@ var (
 )
 
 func library() (code, name string) {
-	body := preludeSource + bucketSource + decideSource
+	body := expandLua(preludeSource + bucketSource + decideSource)
 	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body)))[:26]
 	code = "#!lua name=" + name + "\n" + body +
 		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
@@ -213,10 +214,6 @@ type fastArgs struct {
 	rate   int64
 	tq, tr int64
 }
-
-// windowArgLen and bucketArgLen are the lengths of a fixed window's and a
-// bucket's argument, by which bucket.lua tells them apart.
-const windowArgLen, bucketArgLen = 40, 80
 
 func newFastArgs(sp *core.Spec, extraTTL int64) *fastArgs {
 	if sp.Kind == core.Fixed {
@@ -469,14 +466,6 @@ func (s *Store) bucketResult(c *call, cmd *redis.Cmd) ([]int64, error) {
 	}
 	return out, err
 }
-
-// The kinds of record in the fast path's reply (bucket.lua's RECORD_*).
-const (
-	recordDecision  = 0 // allowed, remaining, retry, reset
-	recordOverride  = 1 // the same, then the key's override
-	recordElsewhere = 2 // the key's override alone: decide.lua decides
-	recordError     = 3 // the decision's error message
-)
 
 // bucketRecord reads the first record of the fast path's reply b (see
 // bucket.lua): c's 4 values allowed, remaining, retry and reset, and the

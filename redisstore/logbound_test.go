@@ -9,21 +9,11 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
 	"github.com/redis/go-redis/v9"
 )
-
-// decide.lua's MAXLOG is core's MaxLogQuota: a request on a larger log is
-// refused in Lua too, so that no client, old or new, can make one request
-// cost unbounded work.
-func TestLogBoundMatchesCore(t *testing.T) {
-	if want := fmt.Sprintf("local MAXLOG = %d\n", core.MaxLogQuota); !strings.Contains(redisstore.DecideSource, want) {
-		t.Errorf("decide.lua lacks %q", want)
-	}
-}
 
 // An override stored before sliding logs were bounded (a limit of 10^6)
 // is refused by every decision on its key, with an error that says so,

@@ -3,17 +3,25 @@
 -- to bucket.lua wrapped in a function for the Redis function library
 -- (FUNCTION LOAD, FCALL), whose chunk runs once, at load time.
 -- Every number stays below 2^53, so Lua's doubles hold it exactly.
+-- A name in double braces is one of Go's constants, which Go writes in
+-- when it assembles the scripts (luaConstants in protocol.go): Lua keeps
+-- no copy of them.
 
 local TWO53 = 9007199254740992
 -- MAXSKEW is core's MaxPeriod in µs: the most a key's time line may run
 -- ahead of the clock, and the most debt (in time) a bucket keeps.
-local MAXSKEW = 281474976710656
+local MAXSKEW = {{MAXSKEW}}
 -- MAXDEBT is core's maxDebt: the most a window's forced count reaches.
-local MAXDEBT = 1125899906842624
+local MAXDEBT = {{MAXDEBT}}
 -- What a step does with its cost, core's mode: take it if the limits
 -- allow, charge it whatever they say (Spec.Charge), or give it back
 -- (Spec.Refund).
 local TAKE, CHARGE, REFUND = 0, 1, 2
+-- The kinds of limit, core.Kind: a spec's and an override's kind. Limit
+-- i's state is in the key that ends in i and its kind's letter, the
+-- kind's in SUFFIXES (suffixOf in redisstore.go).
+local BUCKET, FIXED, SLIDING, LOG = {{BUCKET}}, {{FIXED}}, {{SLIDING}}, {{LOG}}
+local SUFFIXES = {{SUFFIXES}}
 -- Globals read once: a global is a table lookup at every use. A library
 -- is loaded where only the redis table exists, so init binds them at the
 -- first call (a script calls it first thing).
@@ -392,13 +400,13 @@ local function parseOverride(raw, firstKey)
   for k, q, r, p in gmatch(head, ';(%d+),(%d+),(%d+),(%d+),%d+') do
     k, q, r, p = tonumber(k), tonumber(q), tonumber(r), tonumber(p)
     local sp = {kind = k, quota = q, rate = r, period = p, tauQ = 0, tauR = 0, tq = 0, tr = 0, c0 = 0, c1 = 0, c2 = 0}
-    if k == 1 then
+    if k == BUCKET then
       sp.tq, sp.tr = mulDiv(1, p, r)
       sp.tauQ, sp.tauR = mulDiv(q, p, r)
     end
-    if k < 1 or k > 4 or q < 1 or r < 1 or p < 1 then return nil end
+    if k < BUCKET or k > LOG or q < 1 or r < 1 or p < 1 then return nil end
     specs[#specs + 1] = sp
-    keys[#keys + 1] = base .. (#keys) .. sub('bfsl', k, k) -- suffixOf
+    keys[#keys + 1] = base .. (#keys) .. sub(SUFFIXES, k, k) -- suffixOf
   end
   if #specs == 0 then return nil end
   return {raw = raw, specs = specs, keys = keys, expires = expires}

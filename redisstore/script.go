@@ -27,9 +27,9 @@ var (
 // (see library). It is immutable; go-redis runs it with EVALSHA and falls
 // back to EVAL (which loads it) when Redis answers NOSCRIPT. The script's
 // KEYS and ARGV are taken before decide.lua's locals of the same names
-// hide them.
-var decideScript = redis.NewScript("local scriptKeys, scriptArgv = KEYS, ARGV\n" +
-	preludeSource + "init()\n" + decideSource + "return decideBatch(scriptKeys, scriptArgv)\n")
+// hide them. expandLua writes Go's constants in (see protocol.go).
+var decideScript = redis.NewScript(expandLua("local scriptKeys, scriptArgv = KEYS, ARGV\n" +
+	preludeSource + "init()\n" + decideSource + "return decideBatch(scriptKeys, scriptArgv)\n"))
 
 // scriptSpec is one limit's parameters as decide.lua reads them, in this
 // order, into a table with fields of the same names (see readSpec there).
