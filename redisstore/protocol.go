@@ -15,6 +15,10 @@ import (
 // assembled, once, at init (see luaConstants). TestLuaConstants fails on a
 // constant with a literal value in the Lua that is not Lua's own.
 
+// errorPrefix starts every error message of the scripts: wrap strips it
+// (TestLuaErrorsArePrefixed holds the Lua to it).
+const errorPrefix = "FLOODGATE "
+
 // The kinds of record in the fast path's reply (bucket.lua's RECORD_*).
 const (
 	recordDecision  = 0 // allowed, remaining, retry, reset

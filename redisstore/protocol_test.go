@@ -212,6 +212,29 @@ func TestLuaConstantsOnRedis(t *testing.T) {
 	}
 }
 
+// Every error the scripts make starts with errorPrefix, which wrap
+// strips, and rebase.go's overriddenReply is decide.lua's.
+func TestLuaErrorsArePrefixed(t *testing.T) {
+	reply := regexp.MustCompile(`error_reply\(('[^']*')?`)
+	n := 0
+	for file, src := range luaSources {
+		for i, line := range strings.Split(src, "\n") {
+			for _, m := range reply.FindAllStringSubmatch(line, -1) {
+				n++
+				if msg := strings.Trim(m[1], "'"); !strings.HasPrefix(msg, errorPrefix) {
+					t.Errorf("%s:%d: error_reply(%s...) does not start with %q", file, i+1, m[1], errorPrefix)
+				}
+			}
+		}
+	}
+	if n < 7 {
+		t.Errorf("found %d error replies, want the 7 or more the Lua makes", n)
+	}
+	if want := "redis.error_reply('" + overriddenReply + "')"; !strings.Contains(decideSource, want) {
+		t.Errorf("decide.lua lacks %s", want)
+	}
+}
+
 // maxDebt is core's: a forced charge on a fixed window whose count is
 // just under it stops at it, in core, as decide.lua's and bucket.lua's
 // MAXDEBT makes it stop.

@@ -93,7 +93,7 @@ func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (in
 
 // overriddenReply is decide.lua's answer to a rebase of a key that has an
 // override, which it leaves alone.
-const overriddenReply = "FLOODGATE overridden"
+const overriddenReply = errorPrefix + "overridden"
 
 // carryFrom carries key from the limits raw ("<" and their encoding) to
 // p's, in one script call; it returns 1, or 0 for a key with an override.
