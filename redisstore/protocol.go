@@ -9,14 +9,164 @@ import (
 	"github.com/floodgate/floodgate/core"
 )
 
-// This file declares the constants that the Go code and the Lua scripts
-// share. The Lua holds none of them: each is written {{NAME}} in the .lua
-// files, and expandLua writes Go's value in when the scripts are
-// assembled, once, at init (see luaConstants). TestLuaConstants fails on a
-// constant with a literal value in the Lua that is not Lua's own.
+// This file is the contributor's reference to the protocol between the Go
+// code and the Lua scripts, and it declares the constants the two share.
+// The Lua holds none of them: each is written {{NAME}} in the .lua files,
+// and expandLua writes Go's value in when the scripts are assembled, once,
+// at init (see luaConstants). TestLuaConstants fails on a constant with a
+// literal value in the Lua that is not Lua's own.
+//
+// # Assembly
+//
+// prelude.lua (shared code: the bucket and fixed window steps, the state
+// forms, overrides, errors) comes first. As scripts (EVALSHA): prelude,
+// "init()", then decide.lua or bucket.lua, then a line that calls
+// decideBatch, bucketOne or bucketBatch with KEYS and ARGV (decideScript,
+// which saves KEYS and ARGV first; bucketScript, bucketsScript). As a
+// Redis 7 function library (FCALL): prelude, bucket.lua and decide.lua in
+// one chunk, named by a hash of its expanded code, with functions
+// <name>_bucket, _buckets and _decide (library in fastpath.go). Every
+// number on the wire and in a state is an integer below 2^53, which a
+// double holds exactly.
+//
+// # Keys
+//
+// Limit i (from 0) of a key keeps its state in "<prefix>{key}:<i><letter>",
+// the letter its kind's: b bucket, f fixed window, s sliding window
+// counter, l sliding log (suffixOf; SUFFIXES in Lua). The key's override
+// is "<prefix>{key}:o". A key that holds braces itself is preceded by a
+// hash of it instead (hashTag): "<prefix>{<hash>}<key>:<i><letter>". All
+// of a key's Redis keys share its Cluster slot.
+//
+// # decide.lua: arguments
+//
+// Any batch of requests on any limits, and overrides. KEYS are the state
+// keys of every item in order (nk per request, nb per override item).
+// ARGV, decimal strings unless said otherwise:
+//
+//	1        extra: ms added to every expiry (Store.extraTTL: 0 on the
+//	         server's clock, a margin with an injected Clock)
+//	2        nspecs, the distinct limits of the call
+//	3..      one argument per spec: 11 big-endian doubles, 88 bytes
+//	         (scriptSpec.appendArgs): kind, quota, rate, period (µs),
+//	         tauQ, tauR (a bucket's τ = tauQ + tauR/rate µs), tq, tr
+//	         (T = period/rate = tq + tr/rate µs), c0, c1, c2 (a calendar
+//	         window's [c0, c1) holding the client's now and [c1, c2) the
+//	         next; else 0)
+//	3+nspecs items, the number of items that follow
+//
+// An item is one of:
+//
+//	request  nk ("a<nk>": advisory, a group member whose denial does not
+//	         undo the group), n (cost; 0 peeks, -n forces a charge of n as
+//	         core's Spec.Charge, "r<n>" refunds n as Spec.Refund), now (µs,
+//	         or -1 for the server's TIME), then nk spec indexes (from 1)
+//	group    "g<count>" (or "G<count>": all or nothing, core's
+//	         Grouper.TakeGroup), then count requests
+//	override "o", strategy (core.Strategy: ADDITIVE..RESET_USAGE), raw
+//	         (an override's value to set, "" to delete the key's, or "<" and
+//	         old limits in the override's form, which a Rebase carries the
+//	         key from), ttl (ms, 0 none), now (µs or -1), nb, then nb spec
+//	         indexes: the Policy's limits, whose keys are next in KEYS
+//
+// # decide.lua: reply
+//
+// An array. For each request in order: when the key has an override, the
+// string "=" and the override's value, then 4 integers per limit
+// decided (the override's, if any): allowed (0, 1, or 2 for a charge an
+// all-or-nothing group undid), remaining, retry (µs, -1 never), reset
+// (µs). A group answers its members' in order. A request, group or
+// override item that fails answers one string instead, its error message
+// (see Errors); the other items are unaffected. An override item answers
+// nothing when it succeeds. decideResult and readOut read it.
+//
+// # bucket.lua: arguments
+//
+// The fast path: one request on a lone bucket or a fixed window that is
+// not a calendar one. KEYS: limit 0's state key of each request.
+// bucketOne (_bucket, bucketScript) decides KEYS[1] with ARGV[1];
+// bucketBatch (_buckets, bucketsScript) decides each key of KEYS in
+// order. Each request is one argument, which says by its length what it
+// decides (fastArgs):
+//
+//	bucketArgLen (80) 10 big-endian doubles: now (µs, -1 server's TIME),
+//	                  n (0 peeks, > 0 takes, < 0 refunds -n), extra (ms),
+//	                  quota, rate, period (µs), tauQ, tauR, and n*T as
+//	                  iq + ir/rate µs for n ≤ quota (0, 0 for a refund:
+//	                  Lua computes it, as an override may change the rate)
+//	windowArgLen (40) 5 big-endian doubles: now, n (0 peeks, > 0 takes,
+//	                  < 0 forces a charge of -n), extra, quota, period
+//
+// One byte more (81, 41; a zero, unread) says another request of the
+// call names the same key, whose state the call then keeps in a table
+// (bucketsArgs puts such requests after the others). In bucketBatch, "g<count>" (shorter than
+// windowArgLen) precedes the count requests of a group that is not all or
+// nothing, decided whole by the fast path or not at all.
+//
+// # bucket.lua: reply
+//
+// One string, the requests' records one after the other (bucketRecord
+// reads one). A record is a byte, its kind, then:
+//
+//	recordDecision  (0) allowed (0/1), remaining, retry, reset: 4 big-endian doubles
+//	recordOverride  (1) the same, then the key's override: a 4-byte
+//	                    big-endian length and the value
+//	recordElsewhere (2) the key's override alone (length and value): the
+//	                    fast path does not decide it, decide.lua must
+//	                    (errNotFast, handOn)
+//	recordError     (3) the decision's error message (length and bytes)
+//
+// A group the fast path does not decide answers, for each member, the
+// same record: the first error, or the override that sends it elsewhere.
+// bucketOne answers a failure as a Redis error reply, not a record.
+//
+// # States
+//
+// Only Lua reads and writes them (prelude.lua's parseBucket, fmtBucket,
+// parseFixed, fmtFixed; decide.lua's parseSliding, stepLog), so their
+// forms have one source there, and no Go twins. A bucket: '>Bddd' (25
+// bytes: tag, tat, tat-last, e) or '>Bdddddd' (49: tag, tat, tat-last, e,
+// f, R, skew); tag 1 short and 2 long for a key that has no override, 3
+// and 4 for one that may. A fixed window: '>Bddddd' (41: tag, start, end, count, last, skew),
+// tag 5 no override, 6 may. Setting an override turns 1, 2 and 5 into 3,
+// 4 and 6 in place (markOverridden), so the fast path reads the override
+// only when the tag says there may be one. A sliding window counter:
+// "start:previous:current:last:skew". A sliding log: a sorted set, one
+// member "t:j" scored t per admitted unit, and "~skew" scored as the
+// newest mark when the key runs ahead of the clock. Earlier versions'
+// decimal forms are still read (see parseBucket, parseFixed,
+// parseSliding).
+//
+// An override, "<prefix>{key}:o" (encodeOverride, decodeOverride;
+// parseOverride in prelude.lua): "fg1", then "@<µs>" when it expires (on
+// the decisions' time line; Lua adds it), then ";kind,quota,rate,period,alg"
+// per limit, then optionally a newline and the limits' names as JSON,
+// which only Go reads.
+//
+// # Errors
+//
+// A script's own errors are messages that start with errorPrefix,
+// "FLOODGATE ": a Redis error reply (bucketOne), an error string in
+// decide.lua's array, or a recordError. wrap turns them into
+// floodgate.ErrStore, "redis: " and the rest of the message. The family:
+//
+//	FLOODGATE corrupt state: key K does not hold floodgate data
+//	FLOODGATE wrong type: key K holds a value that is not floodgate state
+//	FLOODGATE unknown limit kind X
+//	FLOODGATE sliding log limit Q is over the maximum MAXLOG on key K;
+//	          replace or delete its override
+//	FLOODGATE invalid override RAW   (an override item's value)
+//	FLOODGATE invalid limits RAW     (a Rebase's "<" limits)
+//	FLOODGATE overridden             (a Rebase on a key with an override:
+//	                                 overriddenReply, which skips the key)
+//
+// TestLuaErrorsArePrefixed holds every error_reply of the Lua to the
+// prefix.
+//
+// Redis's own errors (OOM, BUSY) and a lost connection fail the whole
+// call: each of its requests with floodgate.ErrStore (wrap).
 
-// errorPrefix starts every error message of the scripts: wrap strips it
-// (TestLuaErrorsArePrefixed holds the Lua to it).
+// errorPrefix starts every error message of the scripts (see Errors).
 const errorPrefix = "FLOODGATE "
 
 // The kinds of record in the fast path's reply (bucket.lua's RECORD_*).
