@@ -31,10 +31,10 @@ import (
 
 // RatelimitVersion is the version of github.com/envoyproxy/ratelimit that
 // the tests and rlsbench compare with by default: its main branch of
-// 2026-07-06 (f2fb15770f7f), with wildcards anywhere in a value,
-// descriptor metadata, and quota_mode's answer of March 2026. VersionEnv
-// and SourceEnv choose another (see Version).
-const RatelimitVersion = "v1.4.1-0.20260706065234-f2fb15770f7f"
+// 2026-01-22, the newest commit the Go module proxy serves, so that a
+// machine with only Go and the clone can build it. VersionEnv and
+// SourceEnv choose another (see Version).
+const RatelimitVersion = "v1.4.1-0.20260122083618-3fb702589d36"
 
 // VersionEnv names the environment variable that may hold another
 // version of envoyproxy/ratelimit to compare with: a module version or

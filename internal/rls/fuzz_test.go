@@ -20,8 +20,9 @@ import (
 	"github.com/floodgate/floodgate/internal/service"
 )
 
-// fuzzConfig is diffConfig with the algorithms that only floodgate has.
-const fuzzConfig = diffConfig + `  - key: bucket
+// fuzzConfig is diffConfig with every feature (floodgate has them all)
+// and the algorithms that only floodgate has.
+var fuzzConfig = diffConfig(^feature(0)) + `  - key: bucket
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: token-bucket, burst: 30}
   - key: log
     rate_limit: {unit: minute, unit_multiplier: 10, requests_per_unit: 4, algorithm: sliding-log}

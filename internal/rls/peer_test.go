@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +22,54 @@ import (
 	"github.com/floodgate/floodgate/redisstore"
 )
 
-// diffConfig exercises what envoyproxy/ratelimit's format has: values,
-// nesting, wildcards (trailing, in the middle, several), share_threshold
-// on each, unlimited, shadow_mode, quota_mode, metadata, a limit of 0,
-// replaces, and every unit. The counting limits are of a minute or more,
-// and a run does not cross a minute's end (waitOutWindowEnd); the limit
-// of a second is 0, which every hit is over whatever its window.
-const diffConfig = `domain: diff
+// feature is a part of envoyproxy/ratelimit's format or answers that
+// not every version the differential test may run against has: the test
+// sends what needs one only to a version known to have it (peerFeatures).
+type feature uint
+
+const (
+	// midWildcards: a * in the middle of a value, or several. Before, only
+	// a trailing * was a wildcard (others literal), and share_threshold
+	// refused the rest.
+	midWildcards feature = 1 << iota
+	// descMetadata: a descriptor's metadata. Before, the config loader refused
+	// the key, and so the whole domain.
+	descMetadata
+	// quotaMode: quota_mode's answer of March 2026, which floodgate gives
+	// (OVER_LIMIT past the limit); before, a quota over its limit was OK.
+	quotaMode
+)
+
+// peerFeatures is what each known version of envoyproxy/ratelimit has
+// beyond January's main (peertest.RatelimitVersion). A version not here
+// gets January's features.
+var peerFeatures = map[string]feature{
+	// main of 2026-01-22: the newest the module proxy serves; the default.
+	"v1.4.1-0.20260122083618-3fb702589d36": 0,
+	// main of 2026-07-06: built from a checkout (FLOODGATE_RATELIMIT_SRC).
+	"v1.4.1-0.20260706065234-f2fb15770f7f": midWildcards | descMetadata | quotaMode,
+}
+
+// peerFeaturesOf returns the features of the peer version v.
+func peerFeaturesOf(t *testing.T, v string) feature {
+	f, ok := peerFeatures[v]
+	if !ok {
+		t.Logf("envoyproxy/ratelimit %s is not in peerFeatures: testing only what %s has", v, peertest.RatelimitVersion)
+	}
+	return f
+}
+
+// diffConfigParts, joined by diffConfig, exercise what envoyproxy/ratelimit's
+// format has: values, nesting, wildcards (trailing, in the middle,
+// several), share_threshold on each, unlimited, shadow_mode, quota_mode,
+// metadata, a limit of 0, replaces, and every unit. The counting limits
+// are of a minute or more, and a run does not cross a minute's end
+// (waitOutWindowEnd); the limit of a second is 0, which every hit is over
+// whatever its window.
+var diffConfigParts = []struct {
+	needs feature
+	yaml  string
+}{{0, `domain: diff
 descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 5}
@@ -59,9 +101,10 @@ descriptors:
   - key: tier
     value: high
     rate_limit: {unit: hour, requests_per_unit: 9, replaces: [{name: low}]}
-  - key: route
+  - key: persecond
+    rate_limit: {unit: second, requests_per_unit: 0}
+`}, {midWildcards, `  - key: route
     value: /api/*/action
-    metadata: {team: edge, owners: [a, b], limits: {soft: 1}}
     rate_limit: {unit: minute, requests_per_unit: 4}
   - key: route
     value: /api/*/res/*/action
@@ -82,13 +125,30 @@ descriptors:
     share_threshold: true
     value_to_metric: true
     rate_limit: {unit: day, requests_per_unit: 3}
-  - key: quota
+`}, {descMetadata, `  - key: meta
+    value: m*
+    share_threshold: true
+    metadata: {team: edge, owners: [a, b], limits: {soft: 1}}
+    descriptors:
+      - key: op
+        metadata: {op: true}
+        rate_limit: {unit: minute, requests_per_unit: 4}
+`}, {quotaMode, `  - key: quota
     value: q*
     quota_mode: true
     rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: persecond
-    rate_limit: {unit: second, requests_per_unit: 0}
-`
+`}}
+
+// diffConfig returns the domain of the parts that the features have.
+func diffConfig(have feature) string {
+	var b strings.Builder
+	for _, p := range diffConfigParts {
+		if p.needs&have == p.needs {
+			b.WriteString(p.yaml)
+		}
+	}
+	return b.String()
+}
 
 // TestSameAnswersAsEnvoyRatelimit sends the same random requests to
 // envoyproxy/ratelimit and to floodgate, both over gRPC and on one
@@ -97,6 +157,13 @@ descriptors:
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
 func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 	peertest.Build(t)
+	v, err := peertest.Version()
+	if err != nil {
+		t.Fatal(err) // Build has skipped or failed already
+	}
+	have := peerFeaturesOf(t, v)
+	domain, ms := diffConfig(have), makersFor(have)
+	t.Logf("envoyproxy/ratelimit %s: %d descriptor makers", v, len(ms))
 	for _, tc := range []struct {
 		name   string
 		atomic bool
@@ -110,8 +177,8 @@ func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 			if tc.atomic {
 				env = append(env, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true")
 			}
-			peer := peertest.Start(t, srv.Addr, map[string]string{"diff.yaml": diffConfig}, env...)
-			ours := startFloodgate(t, srv.Addr, tc.atomic)
+			peer := peertest.Start(t, srv.Addr, map[string]string{"diff.yaml": domain}, env...)
+			ours := startFloodgate(t, srv.Addr, domain, tc.atomic)
 			theirs := peertest.Client(t, peer.GRPC)
 			waitOutWindowEnd(t, time.Minute, 5*time.Second)
 			start := time.Now()
@@ -119,7 +186,7 @@ func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(len(tc.name))))
 			over, differing := 0, 0
 			for step := range 400 {
-				req := randomRequest(rng, tc.atomic)
+				req := randomRequest(rng, ms, tc.atomic)
 				want, err := theirs.ShouldRateLimit(context.Background(), req)
 				if err != nil {
 					t.Fatalf("step %d: envoyproxy/ratelimit: %v", step, err)
@@ -146,6 +213,33 @@ func TestSameAnswersAsEnvoyRatelimit(t *testing.T) {
 	}
 }
 
+// TestDiffConfigFitsPeer checks, without a peer, that the domain each
+// known version gets parses, and holds nothing its version lacks: a
+// January peer would refuse metadata and a middle * with share_threshold,
+// and answer otherwise than floodgate on other middle *s and quota_mode.
+func TestDiffConfigFitsPeer(t *testing.T) {
+	midStar := regexp.MustCompile(`value: \S*\*\S`)
+	for v, have := range peerFeatures {
+		domain := diffConfig(have)
+		if _, err := config.Parse("diff.yaml", []byte(domain)); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+		for _, c := range []struct {
+			f    feature
+			bad  func(string) bool
+			what string
+		}{
+			{midWildcards, midStar.MatchString, "a * before a value's end"},
+			{descMetadata, func(s string) bool { return strings.Contains(s, "metadata:") }, "metadata"},
+			{quotaMode, func(s string) bool { return strings.Contains(s, "quota_mode:") }, "quota_mode"},
+		} {
+			if have&c.f == 0 && c.bad(domain) {
+				t.Errorf("%s lacks %s, which its domain has:\n%s", v, c.what, domain)
+			}
+		}
+	}
+}
+
 // waitOutWindowEnd waits for a window of length w (a minute: the
 // shortest that counts) to end when less than room is left of it: no
 // window may end between the two services' answers, and a run takes a
@@ -158,9 +252,9 @@ func waitOutWindowEnd(t *testing.T, w, room time.Duration) {
 	}
 }
 
-func startFloodgate(t *testing.T, redisAddr string, atomic bool) rlsv3.RateLimitServiceClient {
+func startFloodgate(t *testing.T, redisAddr, domain string, atomic bool) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	cfg, err := config.Parse("diff.yaml", []byte(diffConfig))
+	cfg, err := config.Parse("diff.yaml", []byte(domain))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,46 +271,49 @@ func startFloodgate(t *testing.T, redisAddr string, atomic bool) rlsv3.RateLimit
 	return peertest.Client(t, addr)
 }
 
-// shadowDescriptor and quotaDescriptor are the indexes of the shadow_mode
-// and quota_mode makers in descriptors.
-const (
-	shadowDescriptor = 7
-	quotaDescriptor  = 17
-)
-
-// descriptor makers: what Envoy's actions produce, with values from small
+// maker makes a descriptor as Envoy's actions do, with values from small
 // sets so that counters fill up.
-var descriptors = []func(r *rand.Rand) *rlcommon.RateLimitDescriptor{
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+type maker struct {
+	needs feature
+	// chargeless: a shadow_mode or quota_mode limit matches, which the
+	// atomic mode leaves out (see randomRequest).
+	chargeless bool
+	make       func(r *rand.Rand) *rlcommon.RateLimitDescriptor
+}
+
+// makers are the descriptor makers; a request takes those whose features
+// the peer has (makersFor).
+var makers = []maker{
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("remote_address", fmt.Sprintf("10.0.0.%d", r.IntN(3)))
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("database", []string{"users", "orders"}[r.IntN(2)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("message_type", []string{"marketing", "alerts"}[r.IntN(2)], "to_number", fmt.Sprint(r.IntN(2)))
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("message_type", "marketing")
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("path", []string{"/api/a", "/api/b", "/other"}[r.IntN(3)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("files", []string{"/f/1", "/f/2", "/f/3"}[r.IntN(3)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("free", "x") },
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("shadow", "x") },
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("blocked", "x") },
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("free", "x") }},
+	{chargeless: true, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("shadow", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("blocked", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("tier", []string{"low", "high"}[r.IntN(2)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("unknown", "x") },
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("unknown", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		// Longer than a store key: a path or header as Envoy sends it.
 		return desc("remote_address", strings.Repeat("a", 2000)+fmt.Sprint(r.IntN(2)))
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		// 7 is the RLS answer's WEEK, which the descriptor's enum lacks.
 		// Each unit has its own values: envoyproxy/ratelimit's counters of
 		// two units on one descriptor are one when their windows start
@@ -226,23 +323,37 @@ var descriptors = []func(r *rand.Rand) *rlcommon.RateLimitDescriptor{
 		d := desc("remote_address", fmt.Sprintf("10.9.%d.%d", u, r.IntN(2)))
 		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: units[u]}
 		return d
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("persecond", "x") }},
+	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("route", []string{"/api/1/action", "/api/x/y/action", "/api/1/other", "/api//action", "/api/action"}[r.IntN(5)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("route", []string{"/api/v1/res/1/action", "/api/v1/res/2/action", "/api/v2/res/x/y/action", "/api/res/1/action"}[r.IntN(4)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("tenant", []string{"t1prod", "t2prod", "tprod", "t1dev"}[r.IntN(4)], "svc", []string{"sec", "s1e2c", "sxc", "s-e-c-"}[r.IntN(4)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("mid", []string{"az", "abz", "a/b/z", "za", "ab"}[r.IntN(5)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+	}},
+	{needs: descMetadata, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
+		return desc("meta", []string{"m1", "m2", "x"}[r.IntN(3)], "op", []string{"get", "put"}[r.IntN(2)])
+	}},
+	{needs: quotaMode, chargeless: true, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return desc("quota", []string{"q1", "q2", "x"}[r.IntN(3)])
-	},
-	func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("persecond", "x") },
+	}},
+}
+
+// makersFor returns the makers whose features are in have.
+func makersFor(have feature) []maker {
+	var ms []maker
+	for _, m := range makers {
+		if m.needs&have == m.needs {
+			ms = append(ms, m)
+		}
+	}
+	return ms
 }
 
 func desc(kv ...string) *rlcommon.RateLimitDescriptor {
@@ -263,19 +374,19 @@ func desc(kv ...string) *rlcommon.RateLimitDescriptor {
 // limit (one over its limit stops the others' increments there, though
 // the request may be allowed; in floodgate such a limit never changes
 // what is charged).
-func randomRequest(r *rand.Rand, atomic bool) *rlsv3.RateLimitRequest {
+func randomRequest(r *rand.Rand, ms []maker, atomic bool) *rlsv3.RateLimitRequest {
 	req := &rlsv3.RateLimitRequest{Domain: "diff"}
 	if r.IntN(20) == 0 {
 		req.Domain = "nodomain"
 	}
 	used := map[int]bool{}
 	for range 1 + r.IntN(3) {
-		i := r.IntN(len(descriptors))
-		if atomic && (used[i] || i == shadowDescriptor || i == quotaDescriptor) {
+		i := r.IntN(len(ms))
+		if atomic && (used[i] || ms[i].chargeless) {
 			continue
 		}
 		used[i] = true
-		d := descriptors[i](r)
+		d := ms[i].make(r)
 		if !atomic && r.IntN(5) == 0 {
 			d.HitsAddend = wrapperspb.UInt64(uint64(r.IntN(4))) // 0 peeks
 		}
@@ -285,7 +396,7 @@ func randomRequest(r *rand.Rand, atomic bool) *rlsv3.RateLimitRequest {
 		req.HitsAddend = uint32(r.IntN(3)) // 0 means 1
 	}
 	if len(req.Descriptors) == 0 {
-		req.Descriptors = append(req.Descriptors, descriptors[0](r))
+		req.Descriptors = append(req.Descriptors, ms[0].make(r))
 	}
 	return req
 }
