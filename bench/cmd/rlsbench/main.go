@@ -105,6 +105,8 @@ func main() {
 
 	peerBin, err := peertest.BuildRatelimit()
 	check(err)
+	peerVersion, err := peertest.Version() // the default's, or FLOODGATE_RATELIMIT_VERSION's
+	check(err)
 	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort)
 	check(err)
 	stops.Add(peer.Stop)
@@ -112,7 +114,7 @@ func main() {
 	redisPID := procs.RedisPID(&stops, redisAddr)
 
 	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians\n\n",
-		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peertest.RatelimitVersion, *client, *runs, *duration)
+		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peerVersion, *client, *runs, *duration)
 	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | load generator CPU per request | over the limit | past the 20ms deadline (all runs) | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []struct {
 		name, addr string
