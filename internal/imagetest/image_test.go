@@ -1,0 +1,462 @@
+package imagetest
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/redistest"
+)
+
+// maxImageBytes bounds the image's files: a static binary, CA certificates
+// and a rules file.
+const maxImageBytes = 30 << 20
+
+// stopWithin is how soon the container must exit after SIGTERM: well
+// inside the grace period Kubernetes gives (30s by default).
+const stopWithin = 2 * time.Second
+
+// imageConfig is the part of an OCI image configuration the test reads.
+type imageConfig struct {
+	User         string
+	Env          []string
+	Entrypoint   []string
+	Cmd          []string
+	ExposedPorts map[string]struct{}
+	Labels       map[string]string
+	StopSignal   string
+}
+
+func TestImage(t *testing.T) {
+	if os.Getenv("FLOODGATE_IMAGE_TEST") != "1" {
+		t.Skip("set FLOODGATE_IMAGE_TEST=1 after scripts/image to check the container image (scripts/test does)")
+	}
+	for _, bin := range []string{"buildah", "runc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s not found: install it (Debian: apt-get install buildah runc); scripts/test does", bin)
+		}
+	}
+	image := os.Getenv("FLOODGATE_IMAGE")
+	if image == "" {
+		image = "localhost/floodgate:dev"
+	}
+	cfg := inspect(t, image)
+	checkConfig(t, cfg)
+	rootfs := mountImage(t, image)
+	checkFiles(t, rootfs)
+
+	redis := redistest.Start(t)
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		store string // what serve prints of its store
+	}{
+		{name: "embedded", store: "embedded in-memory store"},
+		{name: "redis", env: []string{"FLOODGATE_REDIS=redis://" + redis.Addr}, store: "Redis at " + redis.Addr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := run(t, rootfs, cfg, tc.env)
+			c.checkServes(t)
+			c.checkProcess(t)
+			if !strings.Contains(c.stdout.String(), "store: "+tc.store) {
+				t.Errorf("serve's banner does not name the store %q:\n%s", tc.store, c.stdout.String())
+			}
+			if tc.name == "redis" {
+				n, err := redis.Client(t).DBSize(context.Background()).Result()
+				if err != nil || n == 0 {
+					t.Errorf("Redis holds %d keys after a check through the container (%v): it did not use Redis", n, err)
+				}
+			}
+			c.checkStops(t)
+		})
+	}
+}
+
+// inspect returns the image's configuration.
+func inspect(t *testing.T, image string) imageConfig {
+	t.Helper()
+	out := cmd(t, "buildah", "inspect", "--type", "image", image)
+	var v struct {
+		OCIv1 struct{ Config imageConfig } `json:"OCIv1"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("buildah inspect %s: %v", image, err)
+	}
+	return v.OCIv1.Config
+}
+
+// checkConfig checks the user, entrypoint, ports, defaults and labels.
+func checkConfig(t *testing.T, c imageConfig) {
+	t.Helper()
+	if c.User != "65532:65532" {
+		t.Errorf("User = %q, want the numeric non-root 65532:65532", c.User)
+	}
+	if got := strings.Join(append(c.Entrypoint, c.Cmd...), " "); got != "/usr/local/bin/floodgate serve" {
+		t.Errorf("entrypoint and cmd = %q, want /usr/local/bin/floodgate serve", got)
+	}
+	for _, p := range []string{"8080/tcp", "6380/tcp", "8081/tcp"} {
+		if _, ok := c.ExposedPorts[p]; !ok {
+			t.Errorf("port %s not exposed: %v", p, c.ExposedPorts)
+		}
+	}
+	for _, kv := range []string{"FLOODGATE_HTTP=:8080", "FLOODGATE_RESP=:6380", "FLOODGATE_GRPC=:8081", "FLOODGATE_CONFIG=/etc/floodgate/rules.yaml"} {
+		if !contains(c.Env, kv) {
+			t.Errorf("env lacks %s: %v", kv, c.Env)
+		}
+	}
+	for _, l := range []string{"version", "revision", "source", "licenses", "title", "description"} {
+		if c.Labels["org.opencontainers.image."+l] == "" {
+			t.Errorf("label org.opencontainers.image.%s missing", l)
+		}
+	}
+	if c.StopSignal != "SIGTERM" {
+		t.Errorf("StopSignal = %q, want SIGTERM", c.StopSignal)
+	}
+}
+
+// mountImage returns the root filesystem of a working container made from
+// image, removed when t ends.
+func mountImage(t *testing.T, image string) string {
+	t.Helper()
+	ctr := strings.TrimSpace(string(cmd(t, "buildah", "from", "--pull-never", "--name", fmt.Sprintf("floodgate-imagetest-%d", os.Getpid()), image)))
+	t.Cleanup(func() { exec.Command("buildah", "rm", ctr).Run() })
+	root := strings.TrimSpace(string(cmd(t, "buildah", "mount", ctr)))
+	t.Cleanup(func() { exec.Command("buildah", "umount", ctr).Run() })
+	return root
+}
+
+// checkFiles checks that the image holds what it should and is small, and
+// that the binary is static (scratch has no C library).
+func checkFiles(t *testing.T, root string) {
+	t.Helper()
+	var total int64
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			total += info.Size()
+			rel, _ := filepath.Rel(root, p)
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("image: %d files, %d bytes: %v", len(files), total, files)
+	if total > maxImageBytes {
+		t.Errorf("the image's files take %d bytes, more than %d", total, maxImageBytes)
+	}
+	for _, want := range []string{"usr/local/bin/floodgate", "etc/ssl/certs/ca-certificates.crt", "etc/floodgate/rules.yaml"} {
+		if !contains(files, want) {
+			t.Errorf("the image lacks /%s", want)
+		}
+	}
+	f, err := elf.Open(filepath.Join(root, "usr/local/bin/floodgate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("floodgate is dynamically linked (program header %v): build it with CGO_ENABLED=0", p.Type)
+		}
+	}
+}
+
+// container is a floodgate container that runc runs.
+type container struct {
+	id, bundle     string
+	http           string // 127.0.0.1:port
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	done           chan error // runc run's exit
+}
+
+// run runs the image's entrypoint in a runc container on the host's
+// network, on a read-only root, as the image's user, with env added to the
+// image's; the listeners move to free loopback ports. It is deleted when t
+// ends.
+func run(t *testing.T, rootfs string, img imageConfig, env []string) *container {
+	t.Helper()
+	c := &container{
+		id:     fmt.Sprintf("floodgate-imagetest-%d-%d", os.Getpid(), time.Now().UnixNano()),
+		bundle: t.TempDir(),
+		http:   fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{},
+		done: make(chan error, 1),
+	}
+	env = append([]string{
+		"FLOODGATE_HTTP=" + c.http,
+		fmt.Sprintf("FLOODGATE_RESP=127.0.0.1:%d", redistest.FreePort(t)),
+		fmt.Sprintf("FLOODGATE_GRPC=127.0.0.1:%d", redistest.FreePort(t)),
+	}, env...)
+	writeSpec(t, c.bundle, rootfs, img, env)
+	c.cmd = exec.Command("runc", "run", "--bundle", c.bundle, c.id)
+	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("runc run: %v", err)
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	t.Cleanup(func() {
+		exec.Command("runc", "delete", "--force", c.id).Run()
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			c.cmd.Process.Kill()
+			<-c.done
+		}
+		if t.Failed() {
+			t.Logf("container stdout:\n%s\nstderr:\n%s", c.stdout.String(), c.stderr.String())
+		}
+	})
+	// Ready when /healthz answers, within 20s (a loaded machine).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if code, _, err := get(c.http, "/healthz"); err == nil && code == 200 {
+			return c
+		}
+		select {
+		case err := <-c.done:
+			c.done <- err
+			t.Fatalf("the container exited before serving: %v\nstdout:\n%s\nstderr:\n%s", err, c.stdout.String(), c.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz did not answer within 20s\nstdout:\n%s\nstderr:\n%s", c.stdout.String(), c.stderr.String())
+		}
+	}
+}
+
+// writeSpec writes the bundle's config.json: runc's default spec with the
+// image's process, no rlimits (this VM's kernel refuses setrlimit to the
+// runtime), no capabilities, no network namespace, and a read-only root.
+func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []string) {
+	t.Helper()
+	cmd(t, "runc", "spec", "--bundle", bundle)
+	path := filepath.Join(bundle, "config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := userIDs(t, img.User)
+	proc := spec["process"].(map[string]any)
+	proc["terminal"] = false
+	proc["args"] = append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	proc["env"] = mergeEnv(img.Env, env)
+	proc["user"] = map[string]any{"uid": uid, "gid": gid}
+	proc["cwd"] = "/"
+	proc["noNewPrivileges"] = true
+	delete(proc, "rlimits")
+	proc["capabilities"] = map[string]any{"bounding": []string{}, "effective": []string{}, "permitted": []string{}, "ambient": []string{}}
+	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
+	linux := spec["linux"].(map[string]any)
+	var ns []any
+	for _, n := range linux["namespaces"].([]any) {
+		if n.(map[string]any)["type"] != "network" {
+			ns = append(ns, n)
+		}
+	}
+	linux["namespaces"] = ns
+	out, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkServes checks the probes' endpoints and one decision on the image's
+// rules.
+func (c *container) checkServes(t *testing.T) {
+	t.Helper()
+	for _, tc := range []struct {
+		path string
+		want string
+	}{
+		{"/healthz", `"status":"ok"`},
+		{"/readyz", `"status":"ready"`},
+		{"/ui/", "<html"},
+	} {
+		code, body, err := get(c.http, tc.path)
+		if err != nil || code != 200 || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s: %d %q (%v), want 200 with %s", tc.path, code, body, err, tc.want)
+		}
+	}
+	// The image's rules are examples/rules.yaml: "api" is 100 a minute.
+	resp, err := http.Post("http://"+c.http+"/v1/check", "application/json", strings.NewReader(`{"rule":"api","key":"imagetest"}`))
+	if err != nil {
+		t.Fatalf("POST /v1/check: %v", err)
+	}
+	defer resp.Body.Close()
+	var d struct {
+		Allowed   bool  `json:"allowed"`
+		Limit     int64 `json:"limit"`
+		Remaining int64 `json:"remaining"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != 200 || !d.Allowed || d.Limit != 100 || d.Remaining != 99 {
+		t.Errorf("POST /v1/check on rule api: %d %+v (%v), want allowed, limit 100, remaining 99", resp.StatusCode, d, err)
+	}
+}
+
+// checkProcess checks, through /proc, that the server runs as 65532 on a
+// read-only root.
+func (c *container) checkProcess(t *testing.T) {
+	t.Helper()
+	pid := c.pid(t)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) == 5 && (f[0] == "Uid:" || f[0] == "Gid:") {
+			for _, id := range f[1:] {
+				if id != "65532" {
+					t.Errorf("the server's %s %v, want 65532 throughout", f[0], f[1:])
+					break
+				}
+			}
+		}
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mounts", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootRO := false
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) >= 4 && f[1] == "/" {
+			rootRO = strings.HasPrefix(f[3], "ro,") || f[3] == "ro"
+		}
+	}
+	if !rootRO {
+		t.Errorf("the container's root is not read-only:\n%s", mounts)
+	}
+}
+
+// pid returns the container's process id on the host.
+func (c *container) pid(t *testing.T) int {
+	t.Helper()
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(cmd(t, "runc", "state", c.id), &st); err != nil || st.Pid == 0 {
+		t.Fatalf("runc state %s: %+v %v", c.id, st, err)
+	}
+	return st.Pid
+}
+
+// checkStops sends SIGTERM as Kubernetes does and checks that the
+// container exits, with status 0, within stopWithin.
+func (c *container) checkStops(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	cmd(t, "runc", "kill", c.id, "TERM")
+	select {
+	case err := <-c.done:
+		c.done <- err
+		took := time.Since(start)
+		t.Logf("exited %v after SIGTERM", took.Round(time.Millisecond))
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v, want status 0", err)
+		}
+		if took > stopWithin {
+			t.Errorf("took %v to exit after SIGTERM, want at most %v", took, stopWithin)
+		}
+	case <-time.After(stopWithin):
+		t.Errorf("still running %v after SIGTERM", stopWithin)
+	}
+}
+
+// userIDs reads a numeric "uid:gid" image user.
+func userIDs(t *testing.T, user string) (uid, gid int) {
+	t.Helper()
+	u, g, ok := strings.Cut(user, ":")
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	if !ok || err1 != nil || err2 != nil {
+		t.Fatalf("image user %q is not numeric uid:gid", user)
+	}
+	return uid, gid
+}
+
+// mergeEnv returns base with over's variables set, over's winning.
+func mergeEnv(base, over []string) []string {
+	out := append([]string{}, base...)
+	for _, kv := range over {
+		name, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, b := range out {
+			if strings.HasPrefix(b, name+"=") {
+				out[i], replaced = kv, true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// get returns the status and body of GET http://addr+path.
+func get(addr, path string) (int, string, error) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(body), err
+}
+
+// cmd runs name with args and returns its standard output, failing t with
+// its standard error.
+func cmd(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	var stderr bytes.Buffer
+	c := exec.Command(name, args...)
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) || stderr.Len() > 0 {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
