@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -25,6 +26,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -334,7 +336,7 @@ func render(t *testing.T, ch *chart.Chart, vals map[string]any) *rendered {
 			default:
 				t.Fatalf("%s: unexpected %s %s", name, head.APIVersion, head.Kind)
 			}
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			if err := decodeStrict(doc, obj); err != nil {
 				t.Fatalf("%s: %s %s does not decode strictly: %v\n%s", name, head.APIVersion, head.Kind, err, doc)
 			}
 		}
@@ -343,6 +345,23 @@ func render(t *testing.T, ch *chart.Chart, vals map[string]any) *rendered {
 		t.Fatal("no Deployment")
 	}
 	return r
+}
+
+// decodeStrict decodes a YAML object as the API server would, and more
+// strictly: field names match case and all, and an unknown or duplicate
+// field is an error. (encoding/json, and so sigs.k8s.io/yaml's
+// UnmarshalStrict, match field names regardless of case: a misspelt
+// readOnlyRootFileSystem would pass.)
+func decodeStrict(doc string, obj any) error {
+	js, err := yaml.YAMLToJSON([]byte(doc))
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
 }
 
 func stripComments(doc string) string {
