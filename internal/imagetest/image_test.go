@@ -60,16 +60,26 @@ func TestImage(t *testing.T) {
 
 	redis := redistest.Start(t)
 	for _, tc := range []struct {
-		name  string
-		env   []string
-		store string // what serve prints of its store
+		name      string
+		env       []string
+		store     string // what serve prints of its store
+		configMap bool   // mount a rules directory as the kubelet does, and update it
 	}{
 		{name: "embedded", store: "embedded in-memory store"},
 		{name: "redis", env: []string{"FLOODGATE_REDIS=redis://" + redis.Addr}, store: "Redis at " + redis.Addr},
+		{name: "configmap", env: []string{"FLOODGATE_WATCH=100ms"}, store: "embedded in-memory store", configMap: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := run(t, rootfs, cfg, tc.env)
+			var rules *configMapDir
+			if tc.configMap {
+				rules = newConfigMapDir(t, imageRules(t, rootfs))
+			}
+			c := run(t, rootfs, cfg, tc.env, rules)
 			c.checkServes(t)
+			if rules != nil {
+				rules.update(t, "rules:\n  - name: fresh\n    algorithm: token-bucket\n    rate: 5\n    period: 1s\n    burst: 5\n")
+				c.waitRule(t, "fresh")
+			}
 			c.checkProcess(t)
 			if !strings.Contains(c.stdout.String(), "store: "+tc.store) {
 				t.Errorf("serve's banner does not name the store %q:\n%s", tc.store, c.stdout.String())
@@ -196,7 +206,7 @@ type container struct {
 // network, on a read-only root, as the image's user, with env added to the
 // image's; the listeners move to free loopback ports. It is deleted when t
 // ends.
-func run(t *testing.T, rootfs string, img imageConfig, env []string) *container {
+func run(t *testing.T, rootfs string, img imageConfig, env []string, rules *configMapDir) *container {
 	t.Helper()
 	c := &container{
 		id:     fmt.Sprintf("floodgate-imagetest-%d-%d", os.Getpid(), time.Now().UnixNano()),
@@ -210,7 +220,7 @@ func run(t *testing.T, rootfs string, img imageConfig, env []string) *container 
 		fmt.Sprintf("FLOODGATE_RESP=127.0.0.1:%d", redistest.FreePort(t)),
 		fmt.Sprintf("FLOODGATE_GRPC=127.0.0.1:%d", redistest.FreePort(t)),
 	}, env...)
-	writeSpec(t, c.bundle, rootfs, img, env)
+	writeSpec(t, c.bundle, rootfs, img, env, rules)
 	c.cmd = exec.Command("runc", "run", "--bundle", c.bundle, c.id)
 	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
 	if err := c.cmd.Start(); err != nil {
@@ -249,8 +259,9 @@ func run(t *testing.T, rootfs string, img imageConfig, env []string) *container 
 
 // writeSpec writes the bundle's config.json: runc's default spec with the
 // image's process, no rlimits (this VM's kernel refuses setrlimit to the
-// runtime), no capabilities, no network namespace, and a read-only root.
-func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []string) {
+// runtime), no capabilities, no network namespace, a read-only root, and
+// rules, when set, mounted read-only on /etc/floodgate.
+func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []string, rules *configMapDir) {
 	t.Helper()
 	cmd(t, "runc", "spec", "--bundle", bundle)
 	path := filepath.Join(bundle, "config.json")
@@ -273,6 +284,10 @@ func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []strin
 	delete(proc, "rlimits")
 	proc["capabilities"] = map[string]any{"bounding": []string{}, "effective": []string{}, "permitted": []string{}, "ambient": []string{}}
 	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
+	if rules != nil {
+		spec["mounts"] = append(spec["mounts"].([]any), map[string]any{
+			"destination": "/etc/floodgate", "type": "bind", "source": rules.dir, "options": []string{"rbind", "ro"}})
+	}
 	linux := spec["linux"].(map[string]any)
 	var ns []any
 	for _, n := range linux["namespaces"].([]any) {
@@ -390,6 +405,75 @@ func (c *container) checkStops(t *testing.T) {
 	case <-time.After(stopWithin):
 		t.Errorf("still running %v after SIGTERM", stopWithin)
 	}
+}
+
+// waitRule waits, up to 10s, for the server to serve a rule named name.
+func (c *container) waitRule(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body, err := get(c.http, "/v1/rules")
+		if err == nil && strings.Contains(body, `"name":"`+name+`"`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rule %q not served 10s after the rules directory changed: %s (%v)\nstderr:\n%s", name, body, err, c.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling a real process, not a unit test's clock
+	}
+}
+
+// configMapDir is a rules directory laid out as the kubelet lays out a
+// ConfigMap volume: rules.yaml is a symlink through ..data to a
+// timestamped directory, and an update swaps ..data by a rename.
+type configMapDir struct {
+	dir string
+	n   int
+}
+
+// newConfigMapDir returns a directory holding rules.yaml with content.
+func newConfigMapDir(t *testing.T, content string) *configMapDir {
+	t.Helper()
+	d := &configMapDir{dir: t.TempDir()}
+	// The server runs as 65532: the directory must be readable by all.
+	if err := os.Chmod(d.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.update(t, content)
+	if err := os.Symlink("..data/rules.yaml", filepath.Join(d.dir, "rules.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// update writes content in a new version directory and swaps ..data to it.
+func (d *configMapDir) update(t *testing.T, content string) {
+	t.Helper()
+	d.n++
+	version := fmt.Sprintf("..v%d", d.n)
+	if err := os.Mkdir(filepath.Join(d.dir, version), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.dir, version, "rules.yaml"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(d.dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// imageRules returns the image's own rules file.
+func imageRules(t *testing.T, rootfs string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(rootfs, "etc/floodgate/rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // userIDs reads a numeric "uid:gid" image user.
