@@ -57,6 +57,10 @@ func TestImage(t *testing.T) {
 	checkConfig(t, cfg)
 	rootfs := mountImage(t, image)
 	checkFiles(t, rootfs)
+	// The binary is stamped with the version the labels give.
+	if v := string(cmd(t, filepath.Join(rootfs, "usr/local/bin/floodgate"), "version")); !strings.Contains(v, cfg.Labels["org.opencontainers.image.version"]) {
+		t.Errorf("floodgate version prints %q, but the image's label is version %q", v, cfg.Labels["org.opencontainers.image.version"])
+	}
 
 	redis := redistest.Start(t)
 	for _, tc := range []struct {
