@@ -592,6 +592,9 @@ func functionsRefused(err error) bool {
 }
 
 func isRedisError(err error) bool {
+	if err == nil {
+		return false // before rerr, which errors.As moves to the heap
+	}
 	var rerr redis.Error
 	return errors.As(err, &rerr)
 }
