@@ -38,3 +38,9 @@ var (
 	// Redis nor answers that key locally.
 	ErrKey = core.ErrKey
 )
+
+// IsInvalidInput reports whether err says that the request, not the
+// store, was wrong: an invalid key, cost or limit, or a wrong number of
+// limits. Such an error is the caller's to fix (an HTTP 400, a gRPC
+// InvalidArgument); retrying, or answering from a fallback, would not help.
+func IsInvalidInput(err error) bool { return core.IsInvalidInput(err) }

@@ -53,36 +53,22 @@ type Result struct {
 	Name string
 }
 
-// Source says which part of a store stack decided a Result.
-type Source uint8
+// Source says which part of a store stack decided a Result: the store
+// itself (SourceStore, the zero value), a fallback's local limiter or
+// failure mode, or the Redis store's denial cache or lease. It is
+// core.Source, so that a store's Decision and a Result say it alike.
+type Source = core.Source
 
-// The sources.
+// The sources; see core.Source for each one's meaning. String returns
+// "store", "local", "fail-open", "fail-closed", "cache" or "lease".
 const (
-	// SourceStore is the store that was called: the memory store, or
-	// Redis. It is the zero value.
-	SourceStore = Source(core.SourceStore)
-	// SourceLocal is a fallback's local in-memory limiter, which answered
-	// because the primary store failed or its breaker was open.
-	SourceLocal = Source(core.SourceLocal)
-	// SourceFailOpen is a fallback's fail-open policy: the primary store
-	// failed and the request was allowed without a decision.
-	SourceFailOpen = Source(core.SourceFailOpen)
-	// SourceFailClosed is a fallback's fail-closed policy: the primary
-	// store failed and the request was denied without a decision.
-	SourceFailClosed = Source(core.SourceFailClosed)
-	// SourceCache is the Redis store's local denial cache: Redis denied
-	// the same request on the same key a moment ago, and nothing but time
-	// can change that (see redisstore.Options.DenialCache).
-	SourceCache = Source(core.SourceCache)
-	// SourceLease is the Redis store's lease on a hot key: units that this
-	// process took from Redis beforehand, admitted locally (see
-	// redisstore.Options.Leases).
-	SourceLease = Source(core.SourceLease)
+	SourceStore      = core.SourceStore
+	SourceLocal      = core.SourceLocal
+	SourceFailOpen   = core.SourceFailOpen
+	SourceFailClosed = core.SourceFailClosed
+	SourceCache      = core.SourceCache
+	SourceLease      = core.SourceLease
 )
-
-// String returns "store", "local", "fail-open", "fail-closed", "cache" or
-// "lease".
-func (s Source) String() string { return core.Source(s).String() }
 
 // result turns a decision against specs into a Result.
 func result(specs []core.Spec, d *core.Decision) (r Result) {
@@ -92,7 +78,7 @@ func result(specs []core.Spec, d *core.Decision) (r Result) {
 	} else {
 		fillVerdict(&r, &specs[d.Index], &d.Verdict, d.Index)
 	}
-	r.Source = Source(d.Source)
+	r.Source = d.Source
 	return r
 }
 

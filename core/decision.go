@@ -46,7 +46,8 @@ func Decide(vs []Verdict) Decision {
 	return Decision{Verdict: vs[best], Index: best}
 }
 
-// Source says which part of a store stack decided a request.
+// Source says which part of a store stack decided a request. Package
+// floodgate calls it floodgate.Source, in a Result.
 type Source uint8
 
 // The sources.

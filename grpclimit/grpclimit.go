@@ -27,7 +27,6 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/clientip"
 	"github.com/floodgate/floodgate/internal/headers"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -176,7 +175,7 @@ func (s *server) decide(ctx context.Context, method string) (metadata.MD, error)
 	case err == nil:
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return nil, status.FromContextError(err).Err()
-	case core.IsInvalidInput(err):
+	case floodgate.IsInvalidInput(err):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case s.o.FailClosed:
 		s.o.Logger.Error("grpclimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "method", method)

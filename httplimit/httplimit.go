@@ -26,7 +26,6 @@ import (
 	"strconv"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/headers"
 )
 
@@ -212,7 +211,7 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		// The client went away or the server's deadline passed: nobody is
 		// waiting for a rate limit answer.
 		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the request's context ended before the rate limit decision", nil)
-	case core.IsInvalidInput(err):
+	case floodgate.IsInvalidInput(err):
 		writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
 	case m.opts.FailClosed:
 		m.opts.Logger.Error("httplimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "path", r.URL.Path)
