@@ -37,9 +37,9 @@ type Request struct {
 // of 0 (their own limits admit them; a denial's RetryAfter is never 0),
 // and report the state after the refund.
 //
-// When every Limiter is on one store that implements core.Grouper (the
-// memory store; the Redis store, in one script call when the keys share a
-// server; the fallback store around it), the group is one atomic step:
+// When every Limiter is on one store (the memory store; the Redis store,
+// in one script call when the keys share a server; the fallback store
+// around it), the group is one atomic step:
 // concurrent requests see all of its charges or none. Otherwise the
 // requests are decided one after another and an undone group is refunded
 // afterwards: the Results are the same, but others may see the charges for
@@ -59,13 +59,13 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 		}
 	}
 	store := reqs[0].Limiter.store
-	g, ok := store.(core.Grouper)
+	ok := true
 	for i := range reqs[1:] {
 		ok = ok && reqs[i+1].Limiter.store == store
 	}
 	// The store's TakeGroup, an interface method, makes the requests
 	// escape: they come from the first Limiter's pool, and go back to it,
-	// since a Grouper keeps nothing of them once it returns.
+	// since TakeGroup keeps nothing of them once it returns.
 	pool := &reqs[0].Limiter.groups
 	gp := pool.Get(len(reqs))
 	defer pool.Put(gp)
@@ -76,7 +76,7 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 	}
 	var err error
 	if ok {
-		err = g.TakeGroup(ctx, group, all)
+		err = store.TakeGroup(ctx, group, all)
 	} else {
 		err = core.TakeEach(ctx, group, all)
 	}

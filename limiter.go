@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -139,15 +138,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (r Result, er
 // that is known only after the fact, or was admitted elsewhere. It may
 // take the key into debt, so that later requests wait until it is repaid;
 // one Charge takes at most each limit's Quota. The Result is allowed and
-// reports the state after the charge. It returns an error wrapping
-// errors.ErrUnsupported when the store's policies do not implement
-// core.Charger (every store floodgate ships does).
+// reports the state after the charge.
 func (l *Limiter) Charge(ctx context.Context, key string, n int64) (Result, error) {
-	c, ok := l.policy.(core.Charger)
-	if !ok {
-		return Result{}, fmt.Errorf("floodgate: %T cannot charge: %w", l.policy, errors.ErrUnsupported)
-	}
-	d, err := c.Charge(ctx, key, n)
+	d, err := l.policy.Charge(ctx, key, n)
 	if err != nil {
 		return Result{}, err
 	}
@@ -158,15 +151,9 @@ func (l *Limiter) Charge(ctx context.Context, key string, n int64) (Result, erro
 // charged and failed, or a cost estimated too high. It is exact and never
 // takes a limit beyond its Quota: a key that is full stays full (see
 // core.Spec.Refund for each algorithm). The Result is allowed and reports
-// the state after the refund. It returns an error wrapping
-// errors.ErrUnsupported when the store's policies do not implement
-// core.Refunder (every store floodgate ships does).
+// the state after the refund.
 func (l *Limiter) Refund(ctx context.Context, key string, n int64) (Result, error) {
-	r, ok := l.policy.(core.Refunder)
-	if !ok {
-		return Result{}, fmt.Errorf("floodgate: %T cannot refund: %w", l.policy, errors.ErrUnsupported)
-	}
-	d, err := r.Refund(ctx, key, n)
+	d, err := l.policy.Refund(ctx, key, n)
 	if err != nil {
 		return Result{}, err
 	}

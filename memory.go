@@ -365,9 +365,7 @@ func (p *memPolicy) decideStates(sts []core.State, now, n int64, o op) (v core.V
 	return d.Verdict, d.Index, charged, now + hold, grew
 }
 
-var _ core.Grouper = (*MemoryStore)(nil)
-
-// TakeGroup implements core.Grouper. It locks the shards of every key of
+// TakeGroup implements core.Store.TakeGroup. It locks the shards of every key of
 // reqs, in shard order so that concurrent groups cannot deadlock, decides
 // the requests in order at one instant, and undoes an all-or-nothing group
 // that a request denied, by refunding the others, before it unlocks. Each
@@ -442,12 +440,12 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 	return nil
 }
 
-// Charge implements core.Charger.
+// Charge implements core.Policy.Charge.
 func (p *memPolicy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
 	return p.take(ctx, key, n, opCharge)
 }
 
-// Refund implements core.Refunder.
+// Refund implements core.Policy.Refund.
 func (p *memPolicy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
 	return p.take(ctx, key, n, opRefund)
 }

@@ -39,9 +39,9 @@ func (sh *memShard) dropOverride(key string) {
 	}
 }
 
-var _ core.Overrider = (*memPolicy)(nil)
+var _ core.Policy = (*memPolicy)(nil)
 
-// SetOverride implements core.Overrider.
+// SetOverride implements core.Policy.
 func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
 	if err := core.CheckOverride(key, o, st); err != nil {
 		return err
@@ -183,7 +183,7 @@ func (s *MemoryStore) carryLocked(sh *memShard, h uint64, key string, from, to [
 	s.account(sh, key, e, isNew, !isNew, now)
 }
 
-// GetOverride implements core.Overrider.
+// GetOverride implements core.Policy.
 func (p *memPolicy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
 	if err := core.CheckKey(key); err != nil {
 		return core.Override{}, false, err
@@ -213,7 +213,7 @@ func (ov *memOverride) export(now int64) core.Override {
 	return o
 }
 
-// ListOverrides implements core.Overrider.
+// ListOverrides implements core.Policy.
 func (p *memPolicy) ListOverrides(ctx context.Context, fn func(key string, o core.Override) bool) error {
 	s := p.s
 	for i := range s.shards {
@@ -259,9 +259,7 @@ func sameShape(from, to *core.Spec) bool {
 	return from.Kind == to.Kind && from.Period == to.Period && from.Calendar == to.Calendar && from.Location == to.Location
 }
 
-var _ core.Rebaser = (*memPolicy)(nil)
-
-// Rebase implements core.Rebaser. The limits recorded per scope live in
+// Rebase implements core.Policy.Rebase. The limits recorded per scope live in
 // the store, so a Limiter built again on the same store with other limits
 // finds the old ones.
 func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {

@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -60,18 +59,14 @@ type Override struct {
 //
 // The errors wrap ErrInvalidKey, ErrInvalidLimit or ErrNoLimits for bad
 // input, and ErrStore when the store failed; either way nothing changed.
-// A store whose policies do not implement core.Overrider gives an error
-// wrapping errors.ErrUnsupported.
+// A store that keeps no overrides gives an error wrapping
+// errors.ErrUnsupported.
 func (l *Limiter) SetOverride(ctx context.Context, key string, o Override, st Strategy) error {
-	ov, err := l.overrider()
-	if err != nil {
-		return err
-	}
 	specs, err := compile(o.Limits)
 	if err != nil {
 		return fmt.Errorf("override: %w", err)
 	}
-	return ov.SetOverride(ctx, key, &core.Override{Limits: specs, TTL: o.TTL}, st)
+	return l.policy.SetOverride(ctx, key, &core.Override{Limits: specs, TTL: o.TTL}, st)
 }
 
 // DeleteOverride takes key's override away, so that the Limiter's limits
@@ -79,21 +74,13 @@ func (l *Limiter) SetOverride(ctx context.Context, key string, o Override, st St
 // override that does not exist carries from the Limiter's limits to
 // themselves, which changes nothing but under AsIs and ResetUsage.
 func (l *Limiter) DeleteOverride(ctx context.Context, key string, st Strategy) error {
-	ov, err := l.overrider()
-	if err != nil {
-		return err
-	}
-	return ov.SetOverride(ctx, key, nil, st)
+	return l.policy.SetOverride(ctx, key, nil, st)
 }
 
 // GetOverride returns key's override and true, with the time it has left
 // as its TTL, or false when the key has none.
 func (l *Limiter) GetOverride(ctx context.Context, key string) (Override, bool, error) {
-	ov, err := l.overrider()
-	if err != nil {
-		return Override{}, false, err
-	}
-	o, ok, err := ov.GetOverride(ctx, key)
+	o, ok, err := l.policy.GetOverride(ctx, key)
 	if !ok || err != nil {
 		return Override{}, false, err
 	}
@@ -103,11 +90,7 @@ func (l *Limiter) GetOverride(ctx context.Context, key string) (Override, bool, 
 // ListOverrides calls fn with every override of the Limiter's store, in
 // no particular order, until fn returns false.
 func (l *Limiter) ListOverrides(ctx context.Context, fn func(key string, o Override) bool) error {
-	ov, err := l.overrider()
-	if err != nil {
-		return err
-	}
-	return ov.ListOverrides(ctx, func(key string, o core.Override) bool {
+	return l.policy.ListOverrides(ctx, func(key string, o core.Override) bool {
 		return fn(key, exportOverride(o))
 	})
 }
@@ -127,22 +110,10 @@ func (l *Limiter) ListOverrides(ctx context.Context, fn func(key string, o Overr
 // is carried when the old or new limits have one). A key decided between
 // the swap to this Limiter and its carry is decided on its state as it
 // stands and carried after. Errors wrap ErrInvalidKey (an empty scope),
-// ErrInvalidLimit (an unknown st) or ErrStore; a store whose policies do
-// not implement core.Rebaser gives an error wrapping errors.ErrUnsupported.
+// ErrInvalidLimit (an unknown st) or ErrStore; a store that cannot
+// rebase gives an error wrapping errors.ErrUnsupported.
 func (l *Limiter) Rebase(ctx context.Context, scope string, st Strategy) (int, error) {
-	rb, ok := l.policy.(core.Rebaser)
-	if !ok {
-		return 0, fmt.Errorf("floodgate: %T cannot rebase: %w", l.policy, errors.ErrUnsupported)
-	}
-	return rb.Rebase(ctx, scope, st)
-}
-
-func (l *Limiter) overrider() (core.Overrider, error) {
-	ov, ok := l.policy.(core.Overrider)
-	if !ok {
-		return nil, fmt.Errorf("floodgate: %T has no overrides: %w", l.policy, errors.ErrUnsupported)
-	}
-	return ov, nil
+	return l.policy.Rebase(ctx, scope, st)
 }
 
 func exportOverride(o core.Override) Override {

@@ -13,7 +13,7 @@ type Decision struct {
 	Index int
 	// Source says who decided.
 	Source Source
-	// Limits is nil, or, when the key has an override (see Overrider),
+	// Limits is nil, or, when the key has an override (see Policy.SetOverride),
 	// the override's limits, which Index refers to instead of the
 	// Policy's.
 	Limits []Spec

@@ -6,8 +6,8 @@ import (
 	"fmt"
 )
 
-// Request is one request of a group that a Grouper decides in one step: a
-// cost on a key under one of the Store's Policies.
+// Request is one request of a group that Store.TakeGroup decides in one
+// step: a cost on a key under one of the Store's Policies.
 type Request struct {
 	// Policy is the limits that decide the request; a Policy the Store
 	// prepared.
@@ -15,7 +15,7 @@ type Request struct {
 	// Key and N are the request's key and cost, as Take takes them.
 	Key string
 	N   int64
-	// Force charges N whatever the limits say, as Charger.Charge does,
+	// Force charges N whatever the limits say, as Policy.Charge does,
 	// instead of taking it.
 	Force bool
 	// Advisory marks a request whose denial does not undo an all-or-nothing
@@ -26,34 +26,9 @@ type Request struct {
 	Decision Decision
 }
 
-// Grouper is implemented by a Store that decides several requests, on any
-// keys and any of its Policies, as one atomic step: the memory store under
-// its locks, the Redis store in one script call where the keys share a
-// server. floodgate.AllowGroup uses it, and decides one request after
-// another on stores without it.
-type Grouper interface {
-	// TakeGroup decides reqs in order, each as its Policy's Take (or
-	// Charge, when Force) would, and sets each one's Decision. Concurrent
-	// requests see all of the group's charges or none: a request later in
-	// the group sees what earlier ones on its key charged.
-	//
-	// With all set, the group is all or nothing: when a request that is not
-	// Advisory is denied, what the others charged is given back (as Refund
-	// does, at the same instant) before anyone else can see it. The
-	// Decisions of the requests so undone are not Allowed, have a Retry of
-	// 0 (their own limits admit them; a denial's Retry is never 0), and
-	// report the state after the refund.
-	//
-	// Its errors are Take's, for the first request that has one; on an
-	// error no Decision is to be used, and nothing is charged unless the
-	// store failed part way. It keeps nothing of reqs once it returns, even
-	// when ctx ends first: callers reuse them.
-	TakeGroup(ctx context.Context, reqs []Request, all bool) error
-}
-
 // CheckGroup returns nil when every request of reqs has a valid key and
 // cost, and otherwise the first one's error (CheckRequest's), saying which
-// request it is. A Grouper calls it first. An empty group is valid: there
+// request it is. Store.TakeGroup calls it first. An empty group is valid: there
 // is nothing to decide.
 func CheckGroup(reqs []Request) error {
 	for i := range reqs {
@@ -67,7 +42,7 @@ func CheckGroup(reqs []Request) error {
 	return nil
 }
 
-// ForeignPolicy returns the error a Grouper gives for a request whose
+// ForeignPolicy returns the error Store.TakeGroup gives for a request whose
 // Policy another Store prepared: it wraps ErrInvalidLimit.
 func ForeignPolicy(i int, p Policy) error {
 	return fmt.Errorf("%w: request %d: its policy (%T) was prepared by another store", ErrInvalidLimit, i, p)
@@ -90,13 +65,12 @@ func Undo(reqs []Request) bool {
 
 // TakeEach is TakeGroup for stores that cannot decide a group in one step:
 // it decides reqs one after another, through each Policy's Take (or, when
-// Force, Charger.Charge), and gives back what was charged (Refunder), the
+// Force, Charge), and gives back what was charged (Refund), the
 // latest first, when the group is all or nothing and a request that is
 // not Advisory was denied, or when a request fails. The Decisions are
 // TakeGroup's, but other callers can see the charges until they are given
 // back. Its errors are the first failing request's, joined with any
-// refund's; a Policy that cannot charge or refund when it must gives an
-// error wrapping errors.ErrUnsupported.
+// refund's.
 func TakeEach(ctx context.Context, reqs []Request, all bool) error {
 	undo := false
 	var err error
@@ -104,12 +78,7 @@ func TakeEach(ctx context.Context, reqs []Request, all bool) error {
 	for ; n < len(reqs); n++ {
 		r := &reqs[n]
 		if r.Force {
-			c, ok := r.Policy.(Charger)
-			if !ok {
-				err = fmt.Errorf("request %d: %T cannot charge: %w", n, r.Policy, errors.ErrUnsupported)
-				break
-			}
-			r.Decision, err = c.Charge(ctx, r.Key, r.N)
+			r.Decision, err = r.Policy.Charge(ctx, r.Key, r.N)
 		} else {
 			r.Decision, err = r.Policy.Take(ctx, r.Key, r.N)
 		}
@@ -126,12 +95,7 @@ func TakeEach(ctx context.Context, reqs []Request, all bool) error {
 		if !r.Decision.Allowed || r.N == 0 {
 			continue
 		}
-		rf, ok := r.Policy.(Refunder)
-		if !ok {
-			err = errors.Join(err, fmt.Errorf("request %d: %T cannot refund: %w", i, r.Policy, errors.ErrUnsupported))
-			continue
-		}
-		d, rerr := rf.Refund(ctx, r.Key, r.N)
+		d, rerr := r.Policy.Refund(ctx, r.Key, r.N)
 		if rerr != nil {
 			err = errors.Join(err, rerr)
 			continue

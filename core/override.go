@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -94,7 +93,8 @@ func Carry(st Strategy, fromQuota, fromRemaining, toQuota int64) int64 {
 const MaxOverrideTTL = time.Duration(1<<63-1) / time.Millisecond * time.Millisecond
 
 // Override is a key's own limits: while it lasts, every Policy of the
-// store decides the key against Limits instead of its own.
+// store decides the key against Limits instead of its own (see
+// Policy.SetOverride).
 type Override struct {
 	// Limits are the key's limits, 1 to MaxLimits, as CheckSpecs accepts
 	// them; calendar windows are not allowed.
@@ -135,59 +135,6 @@ func CheckOverride(key string, o *Override, st Strategy) error {
 		return fmt.Errorf("%w: override TTL must be whole milliseconds, got %s", ErrInvalidLimit, o.TTL)
 	}
 	return nil
-}
-
-// Overrider is implemented by a Policy whose store keeps per-key
-// overrides: the memory, Redis and fallback stores. An override belongs to
-// the key in the store, not to the Policy: every Policy of the store
-// decides the key against it. The Policy that sets or deletes one supplies
-// the limits the key had or goes back to (its own), so that the key's
-// usage is carried over by the Strategy.
-//
-// Setting or deleting an override is atomic with the carry-over: no
-// decision sees the new limits with the old usage, or the reverse.
-type Overrider interface {
-	// SetOverride gives key the override o, or, when o is nil, deletes
-	// key's override, so that it goes back to the Policy's limits. The
-	// key's usage goes from its old limits (its override, or the Policy's)
-	// to the new ones as st says. Errors wrap those of CheckOverride, or
-	// ErrStore; a failed call changes nothing.
-	SetOverride(ctx context.Context, key string, o *Override, st Strategy) error
-	// GetOverride returns key's override and true, or false when it has
-	// none (or it expired).
-	GetOverride(ctx context.Context, key string) (Override, bool, error)
-	// ListOverrides calls fn with every override of the store, in no
-	// particular order, until fn returns false. Overrides set or deleted
-	// meanwhile may or may not be seen.
-	ListOverrides(ctx context.Context, fn func(key string, o Override) bool) error
-}
-
-// Rebaser is implemented by a Policy whose store can move the usage of the
-// keys it holds from other limits to the Policy's: the memory, Redis and
-// fallback stores. It is how a changed limit keeps what was used when the
-// Policy is replaced rather than a key overridden, as when a rules file is
-// reloaded.
-type Rebaser interface {
-	// Rebase records the Policy's limits as those of the keys that start
-	// with scope (a non-empty prefix, such as a rule's). When other limits
-	// were recorded for scope before, it carries the usage of every key
-	// in scope that the store holds and that has no override from those
-	// limits to the Policy's as st says, and returns how many keys it
-	// carried. When the same limits were recorded, or none, it changes
-	// nothing and returns 0: calling it again, or from every process that
-	// shares the store, carries each key once.
-	//
-	// Calendar windows keep their count: when the old or the new limits
-	// include one, Rebase records the new limits and carries nothing.
-	//
-	// Each key is carried atomically, one after another; a key decided
-	// between the swap to the new limits and its carry is decided on its
-	// state as it stands, and then carried. Errors wrap ErrInvalidKey
-	// (an empty scope), ErrInvalidLimit (an unknown st) or ErrStore. The
-	// new limits are recorded before the first key is carried, so that
-	// no key is carried twice: after an error, the keys not yet carried
-	// are read under the new limits as they stand.
-	Rebase(ctx context.Context, scope string, st Strategy) (int, error)
 }
 
 // CheckRebase returns nil when scope and st can be rebased, and otherwise

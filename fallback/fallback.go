@@ -17,7 +17,7 @@
 // answers starts from Redis's state, not from a full bucket. While the
 // local limiter answers, the keys it admits on are kept in a ledger, and
 // when the primary answers probes again, each of them is brought down on
-// the primary to what the local limiter has left (core.Charger) before
+// the primary to what the local limiter has left (core.Policy.Charge) before
 // decisions go back to it: what was admitted locally is not handed out a
 // second time, even by a Redis that restarted empty. docs/fallback.md
 // states the bound that remains and how it is measured.
@@ -283,7 +283,7 @@ func New(primary floodgate.Store, opts *Options) *Store {
 	if s.probe, err = primary.Prepare([]core.Spec{probeSpec()}); err != nil {
 		// A primary that cannot prepare a valid limit is closed: its
 		// decisions fail the same way, and the probe never switches back.
-		s.probe = failing{err}
+		s.probe = failing{err: err}
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if pt, ok := primary.(core.Partitioner); ok && pt.Partitioned() {
@@ -400,7 +400,6 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 		return nil, err
 	}
 	p := &policy{s: s, primary: primary, quota: limits[0].Quota}
-	p.charger, _ = primary.(core.Charger)
 	if s.policy == Local {
 		shares := make([]core.Spec, len(limits))
 		for i := range limits {
@@ -411,7 +410,6 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 		if p.local, err = s.local.Prepare(shares); err != nil {
 			return nil, err
 		}
-		p.localCharger, _ = p.local.(core.Charger)
 	}
 	return p, nil
 }
@@ -426,12 +424,10 @@ type ledgerKey struct {
 // policy is the Store's core.Policy: the primary's policy, and the
 // local store's policy of the limits' shares.
 type policy struct {
-	s            *Store
-	primary      core.Policy
-	charger      core.Charger // the primary's, nil if it cannot charge
-	local        core.Policy  // nil unless the policy is Local
-	localCharger core.Charger // the local policy's, nil if it cannot charge
-	quota        int64        // the first limit's, for fail-open and fail-closed answers
+	s       *Store
+	primary core.Policy
+	local   core.Policy // nil unless the policy is Local
+	quota   int64       // the first limit's, for fail-open and fail-closed answers
 }
 
 // Take implements core.Policy. It returns the primary's decision when
@@ -524,18 +520,18 @@ func (p *policy) sync(key string, n int64, d *core.Decision) {
 	if p.local != nil {
 		p.learn(ctx, key, d)
 	}
-	if p.localCharger == nil || n == 0 {
+	if p.local == nil || n == 0 {
 		return
 	}
 	if !d.Allowed {
 		n = 0
 	}
-	l, err := p.localCharger.Charge(ctx, key, n)
+	l, err := p.local.Charge(ctx, key, n)
 	if err != nil {
 		return
 	}
 	if target := d.Remaining / p.s.instances; l.Remaining > target {
-		p.localCharger.Charge(ctx, key, l.Remaining-target)
+		p.local.Charge(ctx, key, l.Remaining-target)
 	}
 }
 
@@ -543,10 +539,6 @@ func (p *policy) sync(key string, n int64, d *core.Decision) {
 // settled with the primary when it is back.
 func (p *policy) record(key string, n int64, b *breaker) {
 	s := p.s
-	if p.charger == nil {
-		s.stats.unsettled.Add(uint64(n))
-		return
-	}
 	k := ledgerKey{p, key, b}
 	s.ledgMu.Lock()
 	if _, ok := s.pending[k]; !ok {
@@ -663,7 +655,7 @@ func (p *policy) settleKey(ctx context.Context, key string, b *breaker) error {
 		return nil
 	}
 	if _, err := b.call(ctx, func(ctx context.Context) (core.Decision, error) {
-		return p.charger.Charge(ctx, key, over)
+		return p.primary.Charge(ctx, key, over)
 	}); err != nil {
 		return err
 	}
@@ -671,12 +663,10 @@ func (p *policy) settleKey(ctx context.Context, key string, b *breaker) error {
 	return nil
 }
 
-// Refund implements core.Refunder: it gives n back on the primary, and on
+// Refund implements core.Policy.Refund: it gives n back on the primary, and on
 // the local limiter too (at most its share's quota). While the primary
-// fails, only the local limiter
-// gets it back; the primary keeps the charge, which errs toward denying.
-// It returns an error wrapping errors.ErrUnsupported when the primary's
-// policy cannot refund.
+// fails, only the local limiter gets it back; the primary keeps the
+// charge, which errs toward denying.
 func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
@@ -685,11 +675,7 @@ func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision
 	if s.closed.Load() {
 		return core.Decision{}, floodgate.ErrClosed
 	}
-	pr, ok := p.primary.(core.Refunder)
-	if !ok {
-		return core.Decision{}, fmt.Errorf("fallback: %T cannot refund: %w", p.primary, errors.ErrUnsupported)
-	}
-	lr, _ := p.local.(core.Refunder)
+	pr, lr := p.primary, p.local
 	b := s.breaker(key)
 	d, done, err := p.primaryFirst(ctx, b, func(ctx context.Context) (core.Decision, error) {
 		return pr.Refund(ctx, key, n)
@@ -711,11 +697,9 @@ func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision
 	return d, err
 }
 
-// Charge implements core.Charger: it charges the primary, and when the
+// Charge implements core.Policy.Charge: it charges the primary, and when the
 // primary fails, the local limiter (recording the charge in the ledger,
-// like a local admission), or nothing under FailOpen and FailClosed. It
-// returns an error wrapping errors.ErrUnsupported when the primary's
-// policy cannot charge.
+// like a local admission), or nothing under FailOpen and FailClosed.
 func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
@@ -724,12 +708,9 @@ func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision
 	if s.closed.Load() {
 		return core.Decision{}, floodgate.ErrClosed
 	}
-	if p.charger == nil {
-		return core.Decision{}, fmt.Errorf("fallback: %T cannot charge: %w", p.primary, errors.ErrUnsupported)
-	}
 	b := s.breaker(key)
 	d, done, err := p.primaryFirst(ctx, b, func(ctx context.Context) (core.Decision, error) {
-		return p.charger.Charge(ctx, key, n)
+		return p.primary.Charge(ctx, key, n)
 	})
 	if done {
 		if err == nil {
@@ -737,13 +718,13 @@ func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision
 		}
 		return d, err
 	}
-	if p.localCharger == nil {
+	if p.local == nil {
 		d, err := p.answer(ctx, key, 0, b)
 		d.Allowed = true
 		return d, err
 	}
 	s.stats.fallbacks.Add(1)
-	d, err = p.localCharger.Charge(ctx, key, n)
+	d, err = p.local.Charge(ctx, key, n)
 	d.Source = core.SourceLocal
 	if err == nil && n > 0 {
 		p.record(key, n, b)
@@ -959,8 +940,12 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// failing is a Policy whose calls all fail with err.
-type failing struct{ err error }
+// failing is a Policy whose calls all fail with err: the probe of a
+// primary that cannot prepare a limit. Only Take is called on it.
+type failing struct {
+	core.Policy // nil: only Take is called
+	err         error
+}
 
 func (f failing) Take(context.Context, string, int64) (core.Decision, error) {
 	return core.Decision{}, f.err

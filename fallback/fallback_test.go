@@ -100,14 +100,14 @@ func (p *flakyPolicy) Charge(ctx context.Context, key string, n int64) (core.Dec
 	if err := p.f.keyFailure(key); err != nil {
 		return core.Decision{}, err
 	}
-	return p.Policy.(core.Charger).Charge(ctx, key, n)
+	return p.Policy.Charge(ctx, key, n)
 }
 
 func (p *flakyPolicy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := p.fail(ctx); err != nil {
 		return core.Decision{}, err
 	}
-	return p.Policy.(core.Refunder).Refund(ctx, key, n)
+	return p.Policy.Refund(ctx, key, n)
 }
 
 // gateClock is a fixed clock whose Sleep blocks until the test calls tick,
@@ -762,19 +762,19 @@ func (p *flakyPolicy) SetOverride(ctx context.Context, key string, o *core.Overr
 	if err := p.fail(ctx); err != nil {
 		return err
 	}
-	return p.Policy.(core.Overrider).SetOverride(ctx, key, o, st)
+	return p.Policy.SetOverride(ctx, key, o, st)
 }
 
 func (p *flakyPolicy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
 	if err := p.fail(ctx); err != nil {
 		return core.Override{}, false, err
 	}
-	return p.Policy.(core.Overrider).GetOverride(ctx, key)
+	return p.Policy.GetOverride(ctx, key)
 }
 
 func (p *flakyPolicy) ListOverrides(ctx context.Context, fn func(string, core.Override) bool) error {
 	if err := p.fail(ctx); err != nil {
 		return err
 	}
-	return p.Policy.(core.Overrider).ListOverrides(ctx, fn)
+	return p.Policy.ListOverrides(ctx, fn)
 }

@@ -7,18 +7,14 @@ import (
 	"github.com/floodgate/floodgate/core"
 )
 
-var _ core.Grouper = (*Store)(nil)
-
-// TakeGroup implements core.Grouper. When every request's key is in one
-// partition of the primary, its breaker is closed and the primary is a
-// core.Grouper, the primary decides the group in one step, within the
-// budget. When the primary fails, or its breaker is open, the failure
+// TakeGroup implements core.Store.TakeGroup. When every request's key is
+// in one partition of the primary and its breaker is closed, the primary
+// decides the group in one step, within the budget. When the primary fails, or its breaker is open, the failure
 // policy answers at once, without asking the primary again: under Local,
 // the local limiter decides the group in one step, as it decides a Take
 // (and its admissions go to the ledger); under FailOpen and FailClosed,
 // every request gets the policy's answer. A group whose keys span
-// partitions, or on a primary that is not a core.Grouper (or under Local
-// with a local store that is not one), is decided by core.TakeEach. Each
+// partitions is decided by core.TakeEach. Each
 // request's Policy must be one that s prepared.
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
 	if err := core.CheckGroup(reqs); err != nil {
@@ -43,8 +39,8 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		pols[i] = p
 		one = one && (s.parts == nil || s.breaker(reqs[i].Key) == b)
 	}
-	g, ok := s.primary.(core.Grouper)
-	if !ok || !one {
+	g := s.primary
+	if !one {
 		return core.TakeEach(ctx, reqs, all)
 	}
 	sp := s.groupReqs.Get(len(reqs))
@@ -83,10 +79,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 		return nil
 	}
-	lg, ok := s.local.(core.Grouper)
-	if !ok {
-		return core.TakeEach(ctx, reqs, all)
-	}
+	lg := s.local
 	for i := range sub {
 		sub[i].Policy = pols[i].local
 	}

@@ -23,7 +23,7 @@ func (g grouping) TakeGroup(ctx context.Context, reqs []core.Request, all bool) 
 	if err := reqs[0].Policy.(*flakyPolicy).fail(ctx); err != nil {
 		return err
 	}
-	if err := g.flaky.Store.(core.Grouper).TakeGroup(ctx, inner, all); err != nil {
+	if err := g.flaky.Store.TakeGroup(ctx, inner, all); err != nil {
 		return err
 	}
 	for i := range reqs {

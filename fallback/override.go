@@ -2,8 +2,6 @@ package fallback
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/floodgate/floodgate"
@@ -16,9 +14,9 @@ import (
 // Overrides that other processes set are learnt from the primary's
 // decisions, which carry the key's override.
 
-var _ core.Overrider = (*policy)(nil)
+var _ core.Policy = (*policy)(nil)
 
-// SetOverride implements core.Overrider: it sets the override on the
+// SetOverride implements core.Policy: it sets the override on the
 // primary, within the budget, and then mirrors it in the local store. A
 // primary that fails changes nothing, and its error is returned: an
 // override is shared state that only the primary can hold.
@@ -26,7 +24,7 @@ func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, 
 	if err := core.CheckOverride(key, o, st); err != nil {
 		return err
 	}
-	po, err := p.primaryOverrider()
+	po, err := p.openPrimary()
 	if err != nil {
 		return err
 	}
@@ -43,9 +41,9 @@ func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, 
 	return nil
 }
 
-// GetOverride implements core.Overrider: the primary's answer.
+// GetOverride implements core.Policy: the primary's answer.
 func (p *policy) GetOverride(ctx context.Context, key string) (o core.Override, ok bool, err error) {
-	po, err := p.primaryOverrider()
+	po, err := p.openPrimary()
 	if err != nil {
 		return core.Override{}, false, err
 	}
@@ -56,32 +54,29 @@ func (p *policy) GetOverride(ctx context.Context, key string) (o core.Override, 
 	return o, ok, err
 }
 
-// ListOverrides implements core.Overrider: the primary's.
+// ListOverrides implements core.Policy: the primary's.
 func (p *policy) ListOverrides(ctx context.Context, fn func(key string, o core.Override) bool) error {
-	po, err := p.primaryOverrider()
+	po, err := p.openPrimary()
 	if err != nil {
 		return err
 	}
 	return po.ListOverrides(ctx, fn)
 }
 
-func (p *policy) primaryOverrider() (core.Overrider, error) {
+// openPrimary returns the primary's policy, or ErrClosed after Close.
+func (p *policy) openPrimary() (core.Policy, error) {
 	if p.s.closed.Load() {
 		return nil, floodgate.ErrClosed
 	}
-	po, ok := p.primary.(core.Overrider)
-	if !ok {
-		return nil, fmt.Errorf("fallback: %T has no overrides: %w", p.primary, errors.ErrUnsupported)
-	}
-	return po, nil
+	return p.primary, nil
 }
 
 // mirror gives key in the local store the shares of o's limits, or
 // deletes its local override when o is nil, and remembers what it
 // mirrored.
 func (p *policy) mirror(ctx context.Context, key string, o *core.Override, st core.Strategy) {
-	lo, ok := p.local.(core.Overrider)
-	if !ok {
+	lo := p.local
+	if lo == nil {
 		return
 	}
 	if o == nil {
@@ -114,9 +109,7 @@ func (p *policy) learn(ctx context.Context, key string, d *core.Decision) {
 	}
 }
 
-var _ core.Rebaser = (*policy)(nil)
-
-// Rebase implements core.Rebaser: the primary's, without a budget, as it
+// Rebase implements core.Policy.Rebase: the primary's, without a budget, as it
 // scans every key of the scope; then the local store's, whose keys hold
 // shares of the limits. The primary's error is returned; the local
 // store's rebase is done whatever it says, as local state never waits for
@@ -128,12 +121,8 @@ func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (in
 	if p.s.closed.Load() {
 		return 0, floodgate.ErrClosed
 	}
-	rb, ok := p.primary.(core.Rebaser)
-	if !ok {
-		return 0, fmt.Errorf("fallback: %T cannot rebase: %w", p.primary, errors.ErrUnsupported)
-	}
-	n, err := rb.Rebase(ctx, scope, st)
-	if lr, ok := p.local.(core.Rebaser); ok {
+	n, err := p.primary.Rebase(ctx, scope, st)
+	if lr := p.local; lr != nil {
 		if _, lerr := lr.Rebase(ctx, scope, st); err == nil {
 			err = lerr
 		}

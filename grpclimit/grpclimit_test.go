@@ -163,7 +163,10 @@ func metadataValue(ctx context.Context, k string) string {
 	return ""
 }
 
-type failingStore struct{}
+type failingStore struct {
+	core.Store  // nil: the tests call only the methods below
+	core.Policy // nil: the tests call only the methods below
+}
 
 func (f failingStore) Prepare([]core.Spec) (core.Policy, error) { return f, nil }
 func (failingStore) Close() error                               { return nil }

@@ -22,8 +22,10 @@ import (
 // stubStore returns fixed results or errors: the stand-in for a store in
 // tests of header formatting and failure handling.
 type stubStore struct {
-	res core.Decision
-	err error
+	core.Store  // nil: the tests call only the methods below
+	core.Policy // nil: the tests call only the methods below
+	res         core.Decision
+	err         error
 }
 
 func (s *stubStore) Prepare([]core.Spec) (core.Policy, error) { return s, nil }

@@ -160,9 +160,9 @@ func (s *Store) keyOfOverride(rk string) (string, bool) {
 	return key, ok && s.overrideKey(key) == rk
 }
 
-var _ core.Overrider = (*policy)(nil)
+var _ core.Policy = (*policy)(nil)
 
-// SetOverride implements core.Overrider in one script call, which sets
+// SetOverride implements core.Policy in one script call, which sets
 // or deletes the override and carries the key's usage over; then it lifts
 // the key's cached denials in every process (lifts.go).
 func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
@@ -225,7 +225,7 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 	return msg, nil
 }
 
-// GetOverride implements core.Overrider with a GET (and a TIME for an
+// GetOverride implements core.Policy with a GET (and a TIME for an
 // override that expires, when the time is the server's).
 func (p *policy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
 	if err := core.CheckKey(key); err != nil {
@@ -266,7 +266,7 @@ func (s *Store) readOverride(ctx context.Context, c redis.Cmdable, raw string) (
 	return o, true, nil
 }
 
-// ListOverrides implements core.Overrider: it scans every server (every
+// ListOverrides implements core.Policy: it scans every server (every
 // master of a Cluster) for override keys, and reads each.
 func (p *policy) ListOverrides(ctx context.Context, fn func(key string, o core.Override) bool) error {
 	s := p.s

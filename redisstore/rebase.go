@@ -10,14 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is core.Rebaser on Redis. The limits recorded for a scope are
+// This file is core.Policy.Rebase on Redis. The limits recorded for a scope are
 // the Redis key <prefix>{<scope>}:rebase, written with SET ... GET so that
 // of several processes rebasing a scope to the same limits, exactly one
 // finds the old limits and carries the keys. It finds them with SCAN on
 // every master and carries each with one decide.lua item, as SetOverride
 // does, so a key is carried atomically with respect to its decisions.
-
-var _ core.Rebaser = (*policy)(nil)
 
 // rebaseKey returns the Redis key that records scope's limits.
 func (s *Store) rebaseKey(scope string) string {
@@ -27,7 +25,7 @@ func (s *Store) rebaseKey(scope string) string {
 	return s.prefix + "{" + scope + "}:rebase"
 }
 
-// Rebase implements core.Rebaser.
+// Rebase implements core.Policy.Rebase.
 func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
 	if err := core.CheckRebase(scope, st); err != nil {
 		return 0, err

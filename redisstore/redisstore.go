@@ -393,13 +393,13 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 	return p.take(ctx, key, n, opTake)
 }
 
-// Charge implements core.Charger, in the same one script call per
+// Charge implements core.Policy.Charge, in the same one script call per
 // decision as Take.
 func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
 	return p.take(ctx, key, n, opCharge)
 }
 
-// Refund implements core.Refunder, in the same one script call per
+// Refund implements core.Policy.Refund, in the same one script call per
 // decision as Take. It lifts the key's cached denial.
 func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
 	return p.take(ctx, key, n, opRefund)
@@ -505,9 +505,7 @@ func (c *call) count() int {
 	return len(c.specs)
 }
 
-var _ core.Grouper = (*Store)(nil)
-
-// TakeGroup implements core.Grouper in one script call: decide.lua decides
+// TakeGroup implements core.Store.TakeGroup in one script call: decide.lua decides
 // the requests in order and undoes an all-or-nothing group before it
 // returns, so no other client sees its charges. A group of one request is
 // decided as that request alone, by the fast path where it applies. Each request's Policy must

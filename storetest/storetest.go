@@ -60,7 +60,7 @@ func Run(t *testing.T, newStore NewStore) {
 	})
 	t.Run("overrides", func(t *testing.T) {
 		if !supportsOverrides(t, newStore) {
-			t.Skip("the store's policies do not implement core.Overrider")
+			t.Skip("the store keeps no overrides: GetOverride says errors.ErrUnsupported")
 		}
 		for _, sc := range OverrideScenarios() {
 			t.Run(sc.Name, func(t *testing.T) {

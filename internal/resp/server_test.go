@@ -176,7 +176,11 @@ func TestClientThatNeverReads(t *testing.T) {
 
 // hanging is a store whose decisions wait for their context; each says
 // on entered that it has started.
-type hanging struct{ entered chan struct{} }
+type hanging struct {
+	core.Store  // nil: the tests call only the methods below
+	core.Policy // nil: the tests call only the methods below
+	entered     chan struct{}
+}
 
 func (h hanging) Prepare([]core.Spec) (core.Policy, error) { return h, nil }
 func (hanging) Close() error                               { return nil }
