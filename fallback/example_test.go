@@ -18,7 +18,7 @@ func ExampleNew() {
 	defer primary.Close()
 
 	store := fallback.New(primary, &fallback.Options{
-		Policy:    fallback.Local, // the default: answer from a local limiter
+		Mode:      fallback.Local, // the default: answer from a local limiter
 		Instances: 4,              // each process gets a quarter of each limit
 		Budget:    20 * time.Millisecond,
 		Logger:    slog.Default(),

@@ -1,7 +1,7 @@
 // Package fallback keeps rate limiting working when a shared store (Redis)
 // fails. A fallback Store wraps a primary store; while the primary answers
 // within a time budget, every decision is the primary's. When a call fails
-// or is too slow, that decision is answered by the failure policy: a local
+// or is too slow, that decision is answered by the failure mode: a local
 // in-memory limiter with a share of each limit (the default), allow
 // everything (fail open) or deny everything (fail closed). After a few
 // failures in a row a breaker opens: decisions stop going to the primary,
@@ -44,15 +44,15 @@ import (
 	"github.com/floodgate/floodgate/internal/scratch"
 )
 
-// Policy is what a Store answers while its primary store is failing.
-type Policy uint8
+// Mode is what a Store answers while its primary store is failing.
+type Mode uint8
 
-// The policies; docs/fallback.md compares them.
+// The modes; docs/fallback.md compares them.
 const (
 	// Local answers from a local in-memory limiter that applies each
 	// limit's share (core.Spec.Share) of Instances. Limiting goes on, per process, at about
 	// the global rate when Instances is right. It is the default.
-	Local Policy = iota
+	Local Mode = iota
 	// FailOpen allows every request. Nothing is limited during an outage:
 	// pick it when a false denial costs more than abuse.
 	FailOpen
@@ -63,7 +63,7 @@ const (
 )
 
 // String returns "local", "fail-open" or "fail-closed".
-func (p Policy) String() string {
+func (p Mode) String() string {
 	switch p {
 	case Local:
 		return "local"
@@ -72,17 +72,17 @@ func (p Policy) String() string {
 	case FailClosed:
 		return "fail-closed"
 	}
-	return "Policy(" + strconv.Itoa(int(p)) + ")"
+	return "Mode(" + strconv.Itoa(int(p)) + ")"
 }
 
-// ParsePolicy returns the Policy whose String is s.
-func ParsePolicy(s string) (Policy, error) {
-	for _, p := range []Policy{Local, FailOpen, FailClosed} {
+// ParseMode returns the Mode whose String is s.
+func ParseMode(s string) (Mode, error) {
+	for _, p := range []Mode{Local, FailOpen, FailClosed} {
 		if p.String() == s {
 			return p, nil
 		}
 	}
-	return 0, fmt.Errorf("fallback: unknown policy %q (want local, fail-open or fail-closed)", s)
+	return 0, fmt.Errorf("fallback: unknown mode %q (want local, fail-open or fail-closed)", s)
 }
 
 // State is the state of a Store's breaker.
@@ -92,7 +92,7 @@ type State uint8
 const (
 	// Primary: decisions go to the primary store.
 	Primary State = iota
-	// Degraded: the breaker is open; decisions follow the policy without
+	// Degraded: the breaker is open; decisions follow the mode without
 	// calling the primary, and a background loop probes it.
 	Degraded
 )
@@ -107,15 +107,15 @@ func (s State) String() string {
 
 // Options configures a Store. The zero value (or nil) gives the defaults.
 type Options struct {
-	// Policy is what to answer while the primary fails. Default: Local.
-	Policy Policy
+	// Mode is what to answer while the primary fails. Default: Local.
+	Mode Mode
 	// Instances is how many processes share the limits. The local limiter
 	// applies each limit's 1/Instances share (see core.Spec.Share), so that Instances
 	// processes cut off from the primary together admit about the global
 	// limit rather than Instances times it. Default: 1.
 	Instances int64
 	// Budget is the longest a decision waits for the primary; a slower
-	// call counts as a failure and that decision follows the policy, so a
+	// call counts as a failure and that decision follows the mode, so a
 	// hung primary costs a caller at most Budget. The primary must honour
 	// context deadlines: build go-redis clients with ContextTimeoutEnabled
 	// (redisstore.NewFromURL does). Default: 50ms; negative: no budget.
@@ -135,7 +135,7 @@ type Options struct {
 	// ProbeKey is the key that probes write to, with a limit so high that
 	// they are never denied. Default: "floodgate-probe".
 	ProbeKey string
-	// Local is the store the Local policy answers from. Default: a new
+	// Local is the store the Local mode answers from. Default: a new
 	// in-memory store (on Clock), which Close closes.
 	Local floodgate.Store
 	// Clock times the probe loop, and is given to the default local store.
@@ -156,7 +156,7 @@ type Options struct {
 // Stats are a Store's counters since New.
 type Stats struct {
 	Failures  uint64 // primary calls that failed or exceeded the budget
-	Fallbacks uint64 // decisions answered by the policy rather than the primary
+	Fallbacks uint64 // decisions answered by the mode rather than the primary
 	Switches  uint64 // breaker state changes, both ways
 	Probes    uint64 // probe calls made while degraded
 	// Settled counts the units charged to the primary when it came back,
@@ -182,7 +182,7 @@ const MaxLedgerKeys = 100_000
 const settleWorkers = 16
 
 // Store is a floodgate.Store that calls a primary store and follows a
-// failure policy when it fails. It is safe for concurrent use.
+// failure mode when it fails. It is safe for concurrent use.
 type Store struct {
 	// TakeGroup's per-request policies and requests to the primary (or
 	// the local store), reused: neither store keeps the requests it is
@@ -192,7 +192,7 @@ type Store struct {
 	primary   floodgate.Store
 	local     floodgate.Store
 	ownLocal  bool
-	policy    Policy
+	mode      Mode
 	instances int64
 	budget    time.Duration
 	threshold int64
@@ -267,16 +267,16 @@ func New(primary floodgate.Store, opts *Options) *Store {
 		o.Logger = slog.Default()
 	}
 	s := &Store{
-		primary: primary, local: o.Local, policy: o.Policy, instances: o.Instances,
+		primary: primary, local: o.Local, mode: o.Mode, instances: o.Instances,
 		budget: o.Budget, threshold: int64(o.Threshold), interval: o.ProbeInterval, health: max(o.HealthInterval, 0),
 		probeKey: o.ProbeKey, clock: o.Clock, log: o.Logger, onSwitch: o.OnSwitch,
 		keyLog: lograte.New(time.Second, func() time.Time { return o.Clock.Now() }),
 	}
-	if s.local == nil && s.policy == Local {
+	if s.local == nil && s.mode == Local {
 		s.local = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: o.Clock})
 		s.ownLocal = true
 	}
-	if s.policy == Local {
+	if s.mode == Local {
 		s.pending = make(map[ledgerKey]struct{})
 	}
 	var err error
@@ -387,7 +387,7 @@ func (s *Store) Stats() Stats {
 }
 
 // Prepare implements floodgate.Store: it prepares limits on the primary
-// and, for the Local policy, their local shares on the local store.
+// and, for the Local mode, their local shares on the local store.
 func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 	if err := core.CheckSpecs(limits); err != nil {
 		return nil, err
@@ -400,7 +400,7 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 		return nil, err
 	}
 	p := &policy{s: s, primary: primary, quota: limits[0].Quota}
-	if s.policy == Local {
+	if s.mode == Local {
 		shares := make([]core.Spec, len(limits))
 		for i := range limits {
 			if shares[i], err = limits[i].Share(s.instances); err != nil {
@@ -426,17 +426,17 @@ type ledgerKey struct {
 type policy struct {
 	s       *Store
 	primary core.Policy
-	local   core.Policy // nil unless the policy is Local
+	local   core.Policy // nil unless the mode is Local
 	quota   int64       // the first limit's, for fail-open and fail-closed answers
 }
 
 // Take implements core.Policy. It returns the primary's decision when
-// the primary answers within the budget, and otherwise the policy's, with
+// the primary answers within the budget, and otherwise the mode's, with
 // Source telling which. Its errors are input errors, floodgate.ErrClosed,
 // the caller's own context error when ctx ends first (never counted as a
 // failure of the primary), the primary's errors about key alone
 // (floodgate.ErrKey, never counted either: one poisoned key must not
-// send every key to the policy), and the local store's errors.
+// send every key to the mode), and the local store's errors.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
 	if err := core.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
@@ -462,7 +462,7 @@ func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, 
 // primary's Decision and done when the primary answered; done and an
 // error when the caller's context ended, the input is invalid, or the
 // primary failed on this key alone (floodgate.ErrKey; none of them
-// counts against the primary); and not done otherwise, when the policy
+// counts against the primary); and not done otherwise, when the mode
 // answers (b has counted the failure).
 func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Context) (core.Decision, error)) (d core.Decision, done bool, err error) {
 	if b.degraded.Load() {
@@ -487,11 +487,11 @@ func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Co
 	return core.Decision{}, false, nil
 }
 
-// answer decides by the policy.
+// answer decides by the mode.
 func (p *policy) answer(ctx context.Context, key string, n int64, b *breaker) (core.Decision, error) {
 	s := p.s
 	s.stats.fallbacks.Add(1)
-	switch s.policy {
+	switch s.mode {
 	case FailOpen:
 		return core.Decision{Verdict: core.Verdict{Allowed: true, Remaining: p.quota}, Source: core.SourceFailOpen}, nil
 	case FailClosed:
@@ -619,7 +619,7 @@ func (p *policy) settle(ctx context.Context, k ledgerKey) error {
 	if errors.Is(err, floodgate.ErrKey) {
 		// The primary cannot settle this key until someone repairs it:
 		// keeping it would fail every probe, and keep every key on the
-		// policy, for one key.
+		// mode, for one key.
 		s.stats.keyErrors.Add(1)
 		s.logKeyError("floodgate: dropped a key from the ledger unsettled: the primary fails on it alone", k.key, err)
 		return nil
@@ -786,7 +786,7 @@ func (b *breaker) failed(err error) {
 
 // logAttrs are the attributes of b's log lines.
 func (b *breaker) logAttrs(more ...any) []any {
-	attrs := []any{"policy", b.s.policy.String()}
+	attrs := []any{"policy", b.s.mode.String()}
 	if b.s.parts != nil {
 		attrs = append(attrs, "server", b.name)
 	}

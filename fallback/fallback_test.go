@@ -217,7 +217,7 @@ func TestConformance(t *testing.T) {
 func TestPolicies(t *testing.T) {
 	limits := []floodgate.Limit{floodgate.TokenBucket(10, time.Second, 8)}
 	tests := []struct {
-		policy    fallback.Policy
+		policy    fallback.Mode
 		instances int64
 		source    floodgate.Source
 		allowed   int // of 20 requests at one instant
@@ -230,7 +230,7 @@ func TestPolicies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy.String(), func(t *testing.T) {
-			f := newFixture(t, fallback.Options{Policy: tt.policy, Instances: tt.instances, Threshold: 1000})
+			f := newFixture(t, fallback.Options{Mode: tt.policy, Instances: tt.instances, Threshold: 1000})
 			lim := limiter(t, f.store, limits...)
 			f.primary.mode.Store(int32(failing))
 			allowed := 0
@@ -258,15 +258,15 @@ func TestPolicies(t *testing.T) {
 	}
 }
 
-func TestParsePolicy(t *testing.T) {
-	for _, p := range []fallback.Policy{fallback.Local, fallback.FailOpen, fallback.FailClosed} {
-		got, err := fallback.ParsePolicy(p.String())
+func TestParseMode(t *testing.T) {
+	for _, p := range []fallback.Mode{fallback.Local, fallback.FailOpen, fallback.FailClosed} {
+		got, err := fallback.ParseMode(p.String())
 		if err != nil || got != p {
-			t.Errorf("ParsePolicy(%q) = %v, %v", p.String(), got, err)
+			t.Errorf("ParseMode(%q) = %v, %v", p.String(), got, err)
 		}
 	}
-	if _, err := fallback.ParsePolicy("open"); err == nil {
-		t.Error("ParsePolicy(open) succeeded")
+	if _, err := fallback.ParseMode("open"); err == nil {
+		t.Error("ParseMode(open) succeeded")
 	}
 }
 
@@ -425,9 +425,9 @@ func TestBreaker(t *testing.T) {
 // failure of the primary: many in a row leave the breaker closed, and
 // the other keys with the primary.
 func TestKeyErrorsKeepBreakerClosed(t *testing.T) {
-	for _, p := range []fallback.Policy{fallback.Local, fallback.FailOpen, fallback.FailClosed} {
+	for _, p := range []fallback.Mode{fallback.Local, fallback.FailOpen, fallback.FailClosed} {
 		t.Run(p.String(), func(t *testing.T) {
-			f := newFixture(t, fallback.Options{Threshold: 3, Policy: p})
+			f := newFixture(t, fallback.Options{Threshold: 3, Mode: p})
 			lim := limiter(t, f.store, floodgate.PerSecond(1000))
 			bad := "poisoned"
 			f.primary.poisoned.Store(&bad)

@@ -10,10 +10,10 @@ import (
 // TakeGroup implements core.Store.TakeGroup. When every request's key is
 // in one partition of the primary and its breaker is closed, the primary
 // decides the group in one step, within the budget. When the primary fails, or its breaker is open, the failure
-// policy answers at once, without asking the primary again: under Local,
+// mode answers at once, without asking the primary again: under Local,
 // the local limiter decides the group in one step, as it decides a Take
 // (and its admissions go to the ledger); under FailOpen and FailClosed,
-// every request gets the policy's answer. A group whose keys span
+// every request gets the mode's answer. A group whose keys span
 // partitions is decided by core.TakeEach. Each
 // request's Policy must be one that s prepared.
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
@@ -62,7 +62,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		}
 		return nil
 	}
-	if s.policy != Local {
+	if s.mode != Local {
 		// Fail open or closed, at once: the primary just failed the
 		// group, so nothing is asked of it again.
 		for i := range reqs {

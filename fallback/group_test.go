@@ -36,7 +36,7 @@ func (g grouping) TakeGroup(ctx context.Context, reqs []core.Request, all bool) 
 // it answers, by the local limiter in one step while it fails (all or
 // nothing still, from the local share), and by the primary again after.
 func TestGroupFallsBack(t *testing.T) {
-	f := newFixture(t, fallback.Options{Policy: fallback.Local, Threshold: 1000})
+	f := newFixture(t, fallback.Options{Mode: fallback.Local, Threshold: 1000})
 	st := fallback.New(grouping{f.primary}, &fallback.Options{Clock: f.clock, Budget: 20 * time.Millisecond, Threshold: 1000})
 	t.Cleanup(func() { st.Close() })
 	a := limiter(t, st, floodgate.FixedWindow(10, time.Hour))
@@ -83,7 +83,7 @@ func TestGroupFallsBack(t *testing.T) {
 // and the primary is not asked again for each.
 func TestGroupFailOpenAsksOnce(t *testing.T) {
 	for _, tt := range []struct {
-		policy  fallback.Policy
+		policy  fallback.Mode
 		source  floodgate.Source
 		allowed bool
 	}{
@@ -91,8 +91,8 @@ func TestGroupFailOpenAsksOnce(t *testing.T) {
 		{fallback.FailClosed, floodgate.SourceFailClosed, false},
 	} {
 		t.Run(tt.policy.String(), func(t *testing.T) {
-			f := newFixture(t, fallback.Options{Policy: tt.policy, Threshold: 1000})
-			st := fallback.New(grouping{f.primary}, &fallback.Options{Policy: tt.policy, Clock: f.clock, Budget: 20 * time.Millisecond, Threshold: 1000})
+			f := newFixture(t, fallback.Options{Mode: tt.policy, Threshold: 1000})
+			st := fallback.New(grouping{f.primary}, &fallback.Options{Mode: tt.policy, Clock: f.clock, Budget: 20 * time.Millisecond, Threshold: 1000})
 			t.Cleanup(func() { st.Close() })
 			a := limiter(t, st, floodgate.FixedWindow(10, time.Hour))
 			f.primary.mode.Store(int32(failing))

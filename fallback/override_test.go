@@ -35,7 +35,7 @@ func TestOverrideDuringOutage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t, fallback.Options{Policy: fallback.Local, Instances: 1, Threshold: 1000})
+			f := newFixture(t, fallback.Options{Mode: fallback.Local, Instances: 1, Threshold: 1000})
 			lim := limiter(t, f.store, base)
 			tt.set(t, f, lim)
 			r, err := lim.Allow(ctx, "k")

@@ -82,7 +82,7 @@ func measureEviction(t *testing.T, policy string, run time.Duration, repeat int,
 	defer rs.Close()
 	var store floodgate.Store = rs
 	if withFallback {
-		fb := fallback.New(rs, &fallback.Options{Policy: fallback.Local, Budget: 200 * time.Millisecond})
+		fb := fallback.New(rs, &fallback.Options{Mode: fallback.Local, Budget: 200 * time.Millisecond})
 		defer fb.Close()
 		store = fb
 	}

@@ -117,7 +117,7 @@ type opened struct {
 // openStore opens the store the flags ask for. onSwitch, when set, hears
 // the fallback's switches.
 func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (*opened, error) {
-	policy, err := fallback.ParsePolicy(f.policy)
+	policy, err := fallback.ParseMode(f.policy)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +140,7 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix, DenialCache: f.denialCache})
 	// The health checks keep readiness honest with no traffic: a Redis
 	// that dies is seen within one interval.
-	o := &fallback.Options{Policy: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch,
+	o := &fallback.Options{Mode: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch,
 		HealthInterval: 100 * time.Millisecond}
 	if mem != nil {
 		o.Local = mem
