@@ -75,7 +75,7 @@ type Options struct {
 // Denial describes a denied request to Options.OnDenied.
 type Denial struct {
 	Result floodgate.Result
-	Policy string // the violated policy's name, as in the headers
+	Limit  string // the violated limit's name, as the headers spell it
 	Key    string
 	Cost   int64
 }
@@ -142,7 +142,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.serveAndSettle(w, r, next, key, cost)
 			return
 		}
-		d := Denial{Result: res, Policy: headers.Name(res.Name, res.Index, m.count), Key: key, Cost: cost}
+		d := Denial{Result: res, Limit: headers.Name(res.Name, res.Index, m.count), Key: key, Cost: cost}
 		if res.RetryAfter != floodgate.Never {
 			h.Set(HeaderRetryAfter, strconv.FormatInt(headers.Seconds(res.RetryAfter), 10))
 		}
@@ -234,13 +234,13 @@ type problem struct {
 }
 
 func writeDenial(w http.ResponseWriter, d Denial) {
-	p := &problem{ViolatedPolicy: d.Policy}
+	p := &problem{ViolatedPolicy: d.Limit}
 	if d.Result.RetryAfter == floodgate.Never {
-		p.Detail = fmt.Sprintf("the request's cost %d is more than policy %q admits at once (%d); it can never be allowed", d.Cost, d.Policy, d.Result.Quota)
+		p.Detail = fmt.Sprintf("the request's cost %d is more than policy %q admits at once (%d); it can never be allowed", d.Cost, d.Limit, d.Result.Quota)
 	} else {
 		s := headers.Seconds(d.Result.RetryAfter)
 		p.RetryAfter = &s
-		p.Detail = fmt.Sprintf("rate limit policy %q exceeded; retry in %d s", d.Policy, s)
+		p.Detail = fmt.Sprintf("rate limit policy %q exceeded; retry in %d s", d.Limit, s)
 	}
 	writeProblem(w, http.StatusTooManyRequests, "Too Many Requests", "", p)
 }

@@ -129,7 +129,7 @@ func TestOnDeniedAndSkip(t *testing.T) {
 	if rec := do(h, "192.0.2.1:1"); rec.Code != http.StatusTeapot || rec.Header().Get("Retry-After") != "60" {
 		t.Errorf("OnDenied: %d %v", rec.Code, rec.Header())
 	}
-	if denied.Key != "ip:192.0.2.1" || denied.Policy != "default" || denied.Cost != 1 || denied.Result.Allowed {
+	if denied.Key != "ip:192.0.2.1" || denied.Limit != "default" || denied.Cost != 1 || denied.Result.Allowed {
 		t.Errorf("Denial = %+v", denied)
 	}
 	req := httptest.NewRequest("GET", "/x?skip=1", nil)

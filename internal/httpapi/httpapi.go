@@ -208,7 +208,7 @@ func NewCheckResponse(d service.Decision) CheckResponse {
 	retry, reset := ms(d.Result)
 	return CheckResponse{
 		Rule: d.Rule, Allowed: d.Allowed, Limit: d.Result.Quota, Remaining: d.Result.Remaining,
-		RetryAfterMs: retry, ResetAfterMs: reset, Policy: d.Policy,
+		RetryAfterMs: retry, ResetAfterMs: reset, Policy: d.Limit,
 		Shadow: d.Shadow, WouldDeny: d.Shadow && !d.Result.Allowed, Source: d.Result.Source.String(),
 		Overridden: d.Result.Overridden,
 	}

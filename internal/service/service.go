@@ -49,9 +49,9 @@ type Decision struct {
 	// shadow rule.
 	Allowed bool
 	Result  floodgate.Result
-	// Policy is the name of the limit that Result describes ("" when it
+	// Limit is the name of the limit that Result describes ("" when it
 	// has none), from the same rules that decided.
-	Policy string
+	Limit string
 }
 
 // Service decides requests against the current rules. It is safe for
@@ -323,7 +323,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
-	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Policy: res.Name}
+	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Limit: res.Name}
 	switch {
 	case res.Allowed:
 		s.decisions.Add(1, rule, "allowed")
@@ -358,7 +358,7 @@ func (s *Service) Peek(ctx context.Context, rule, key string) (Decision, error) 
 		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
-	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Policy: res.Name}, nil
+	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Limit: res.Name}, nil
 }
 
 // Decisions returns how many checks of rule ("CL.THROTTLE" for those)
@@ -405,7 +405,7 @@ func (s *Service) Settle(ctx context.Context, rule, key string, charged, cost in
 		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
-	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Policy: res.Name}, nil
+	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Limit: res.Name}, nil
 }
 
 // Reset refills key under rule.

@@ -99,7 +99,7 @@ func TestCheck(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d: Check(%q, %q, %d): %v", i, tt.rule, tt.key, tt.cost, err)
 		}
-		got := want{d.Allowed, d.Result.Allowed, d.Result.Remaining, d.Policy, nil}
+		got := want{d.Allowed, d.Result.Allowed, d.Result.Remaining, d.Limit, nil}
 		if got != tt.want {
 			t.Errorf("%d: Check(%q, %q, %d) = %+v, want %+v", i, tt.rule, tt.key, tt.cost, got, tt.want)
 		}
