@@ -24,5 +24,5 @@ func ExampleUnaryServerInterceptor() {
 // waiting for capacity instead of being denied.
 func ExampleUnaryClientInterceptor() {
 	lim, _ := floodgate.New(floodgate.PerSecond(10))
-	_ = grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(lim, grpclimit.ByMethod))
+	_ = grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(lim, &grpclimit.ClientOptions{Key: grpclimit.ByMethod()}))
 }

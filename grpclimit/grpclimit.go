@@ -7,8 +7,9 @@
 // ratelimit-policy and ratelimit (the values of the HTTP header fields of
 // package httplimit) and, on a denial, retry-after in whole seconds.
 //
-// The client interceptors wait for capacity before sending, so that a
-// client keeps itself under a limit instead of being denied.
+// The client interceptors (configured by ClientOptions, as the server's are
+// by Options) wait for capacity before sending, so that a client keeps
+// itself under a limit instead of being denied.
 //
 //	lim, _ := floodgate.New(floodgate.PerSecond(100))
 //	srv := grpc.NewServer(
@@ -46,7 +47,8 @@ const (
 )
 
 // KeyFunc returns the rate limit key of a call to fullMethod
-// ("/package.Service/Method"). An error fails the call with
+// ("/package.Service/Method"), for the server interceptors (Options.Key)
+// and the client ones (ClientOptions.Key). An error fails the call with
 // codes.InvalidArgument.
 type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 
@@ -233,19 +235,29 @@ func StreamServerInterceptor(lim *floodgate.Limiter, opts *Options) grpc.StreamS
 	}
 }
 
-// ClientKeyFunc returns the key under which a client call is limited.
-type ClientKeyFunc func(ctx context.Context, fullMethod string) string
+// ByMethod returns a KeyFunc that keys calls by their method
+// ("/package.Service/Method"), so that each method has its own limit: on
+// a client, to keep each method under its own limit; on a server, to
+// limit a method for all callers together.
+func ByMethod() KeyFunc {
+	return func(_ context.Context, fullMethod string) (string, error) { return fullMethod, nil }
+}
 
-// ByMethod keys client calls by their method, so that each method has
-// its own limit.
-func ByMethod(_ context.Context, fullMethod string) string { return fullMethod }
+// ClientOptions configures the client interceptors, as Options does the
+// server's. The zero value (or nil) gives the defaults.
+type ClientOptions struct {
+	// Key returns the key under which a call is limited; an error fails
+	// the call with codes.InvalidArgument, unsent. Default: every call
+	// under the one key "grpc-client".
+	Key KeyFunc
+}
 
 // UnaryClientInterceptor returns a client interceptor that waits, with
 // lim.Wait, until a call fits lim before sending it. A call whose context
 // ends first fails with the context's status (codes.DeadlineExceeded when
-// the deadline would pass before capacity), without being sent. A nil key
-// limits all calls under one key.
-func UnaryClientInterceptor(lim *floodgate.Limiter, key ClientKeyFunc) grpc.UnaryClientInterceptor {
+// the deadline would pass before capacity), without being sent.
+func UnaryClientInterceptor(lim *floodgate.Limiter, opts *ClientOptions) grpc.UnaryClientInterceptor {
+	key := clientKey(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if err := wait(ctx, lim, key, method); err != nil {
 			return err
@@ -256,7 +268,8 @@ func UnaryClientInterceptor(lim *floodgate.Limiter, key ClientKeyFunc) grpc.Unar
 
 // StreamClientInterceptor is UnaryClientInterceptor for the opening of
 // streams.
-func StreamClientInterceptor(lim *floodgate.Limiter, key ClientKeyFunc) grpc.StreamClientInterceptor {
+func StreamClientInterceptor(lim *floodgate.Limiter, opts *ClientOptions) grpc.StreamClientInterceptor {
+	key := clientKey(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if err := wait(ctx, lim, key, method); err != nil {
 			return nil, err
@@ -265,10 +278,23 @@ func StreamClientInterceptor(lim *floodgate.Limiter, key ClientKeyFunc) grpc.Str
 	}
 }
 
-func wait(ctx context.Context, lim *floodgate.Limiter, key ClientKeyFunc, method string) error {
+// clientKey returns opts's Key, or nil for the one default key.
+func clientKey(opts *ClientOptions) KeyFunc {
+	if opts == nil {
+		return nil
+	}
+	return opts.Key
+}
+
+// wait waits until a call to method fits lim, and returns the status
+// error to fail it with otherwise.
+func wait(ctx context.Context, lim *floodgate.Limiter, key KeyFunc, method string) error {
 	k := "grpc-client"
 	if key != nil {
-		k = key(ctx, method)
+		var err error
+		if k, err = key(ctx, method); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
 	err := lim.Wait(ctx, k)
 	switch {

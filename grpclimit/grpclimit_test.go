@@ -194,7 +194,7 @@ func TestStoreFailure(t *testing.T) {
 func TestClientInterceptor(t *testing.T) {
 	lim, clock := storetest.NewLimiter(t, floodgate.PerSecond(1))
 	client := serve(t, nil,
-		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(lim, grpclimit.ByMethod)),
+		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(lim, &grpclimit.ClientOptions{Key: grpclimit.ByMethod()})),
 		grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor(lim, nil)))
 	for range 3 {
 		if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
