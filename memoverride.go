@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // This file is the memory store's per-key overrides. An override lives in
@@ -208,7 +209,7 @@ func (p *memPolicy) GetOverride(ctx context.Context, key string) (core.Override,
 func (ov *memOverride) export(now int64) core.Override {
 	o := core.Override{Limits: slices.Clone(ov.pol.specs)}
 	if ov.expires != 0 {
-		o.TTL = time.Duration(core.RoundUp(time.Duration(ov.expires-now)*time.Microsecond, time.Millisecond)) * time.Millisecond
+		o.TTL = time.Duration(arith.RoundUp(time.Duration(ov.expires-now)*time.Microsecond, time.Millisecond)) * time.Millisecond
 	}
 	return o
 }

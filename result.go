@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // Never is the RetryAfter of a request that can never be allowed: its cost
@@ -91,6 +92,6 @@ func fillVerdict(r *Result, sp *core.Spec, v *core.Verdict, i int) {
 	r.Allowed, r.Quota, r.Remaining, r.Index, r.Name = v.Allowed, sp.Quota, v.Remaining, i, sp.Name
 	r.ResetAfter = time.Duration(max(v.Reset, 0)) * time.Microsecond // below 2^53 µs: no overflow
 	if !v.Allowed {
-		r.RetryAfter = core.Duration(v.Retry)
+		r.RetryAfter = arith.Duration(v.Retry)
 	}
 }

@@ -1,5 +1,7 @@
 package core
 
+import "github.com/floodgate/floodgate/internal/arith"
+
 // This file holds the algorithms as pure functions of (state, limit, now,
 // cost): no I/O, no clock, no allocation. Each is mirrored by a Lua
 // function of the same name in the Redis store (redisstore/prelude.lua and
@@ -239,7 +241,7 @@ func (l *Spec) rejoin(s *State, now, skew int64) bool {
 		start, _ = l.Window(now)
 	case Sliding:
 		end = s.A + 2*l.Period
-		_, e := FloorDiv(now, l.Period)
+		_, e := arith.FloorDiv(now, l.Period)
 		start = now - e
 	case Log:
 		if k := len(s.Log); k > 0 {
@@ -362,7 +364,7 @@ func (l *Spec) stepBucket(s *State, now, n int64, m mode) (v Verdict, next Delta
 	switch {
 	case m == refund:
 		// TAT moves back by n*T, but not before now: full stays full.
-		iq, ir := MulDiv(n, l.Period, R)
+		iq, ir := arith.MulDiv(n, l.Period, R)
 		nt, nf := tat-iq, f-ir
 		if nf < 0 {
 			nt, nf = nt-1, nf+R
@@ -378,7 +380,7 @@ func (l *Spec) stepBucket(s *State, now, n int64, m mode) (v Verdict, next Delta
 	default:
 		iq, ir := l.TQ, l.TR // n*T for the common n = 1, precomputed
 		if n != 1 {
-			iq, ir = MulDiv(n, l.Period, R)
+			iq, ir = arith.MulDiv(n, l.Period, R)
 		}
 		nt, nf := tat+iq, f+ir
 		if nf >= R {
@@ -410,7 +412,7 @@ func (l *Spec) stepBucket(s *State, now, n int64, m mode) (v Verdict, next Delta
 		dt, df = dt-1, df+R
 	}
 	if dt >= 0 {
-		q, r := MulDiv(dt, R, l.Period)
+		q, r := arith.MulDiv(dt, R, l.Period)
 		v.Remaining = q + (r+df)/l.Period
 	}
 	// reset = ceil(TAT - now)
@@ -462,7 +464,7 @@ func (l *Spec) stepFixed(s *State, now, n int64, m mode) (v Verdict, next Delta)
 func (l *Spec) stepSliding(s *State, now, n int64, m mode) (v Verdict, next Delta) {
 	W, L := l.Period, l.Quota
 	t := max(now, s.A)
-	_, e := FloorDiv(t, W)
+	_, e := arith.FloorDiv(t, W)
 	cur := t - e
 	var prev, curr int64
 	switch s.A {
@@ -476,7 +478,7 @@ func (l *Spec) stepSliding(s *State, now, n int64, m mode) (v Verdict, next Delt
 		d := min(curr, n)
 		curr, prev = curr-d, max(prev-(n-d), 0)
 	}
-	q, r := MulDiv(prev, W-e, W)
+	q, r := arith.MulDiv(prev, W-e, W)
 	est := q
 	if r > 0 {
 		est++
@@ -510,12 +512,12 @@ func slidingAllowAt(cur, W, L, prev, curr, n int64) int64 {
 	if need := L - curr - n; need >= 0 {
 		// Later in this window: ceil(prev*(W-e)/W) <= need
 		// <=> e >= W - floor(need*W/prev).
-		q, _ := MulDiv(need, W, prev)
+		q, _ := arith.MulDiv(need, W, prev)
 		return cur + W - q
 	}
 	// In the next window the current count becomes the previous one:
 	// ceil(curr*(W-e)/W) <= L-n <=> e >= W - floor((L-n)*W/curr).
-	q, _ := MulDiv(L-n, W, curr)
+	q, _ := arith.MulDiv(L-n, W, curr)
 	return cur + W + W - min(q, W)
 }
 

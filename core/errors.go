@@ -3,7 +3,8 @@ package core
 import (
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // The sentinel errors. Package floodgate re-exports them under the same
@@ -145,35 +146,7 @@ func checkLogQuotas(specs []Spec) error {
 // Never is the RetryAfter of a request that can never be allowed: its cost
 // is larger than the quota of one of its limits. It is the largest
 // Duration, so code that sleeps for it does not spin.
-const Never = time.Duration(1<<63 - 1)
+const Never = arith.Never
 
 // NeverMicros is Verdict.Retry for a request that can never be allowed.
 const NeverMicros = -1
-
-// Duration converts a verdict's microseconds to a Duration: NeverMicros
-// (or any negative value, or one too large) to Never.
-func Duration(us int64) time.Duration {
-	if us < 0 || us > int64(Never/time.Microsecond) {
-		return Never
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-// RoundUp returns d in whole units, rounded up, the rule of every figure
-// floodgate reports in coarser units than microseconds (Retry-After and
-// RateLimit headers in seconds, CL.THROTTLE, milliseconds in JSON): a
-// client that waits what it is told is never early. It returns 0 for
-// d <= 0 and -1 for Never.
-func RoundUp(d, unit time.Duration) int64 {
-	switch {
-	case d == Never:
-		return -1
-	case d <= 0:
-		return 0
-	}
-	q := int64(d / unit)
-	if d%unit != 0 {
-		q++
-	}
-	return q
-}

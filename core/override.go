@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/floodgate/floodgate/internal/arith"
+
 	"fmt"
 	"slices"
 	"strconv"
@@ -79,7 +81,7 @@ func Carry(st Strategy, fromQuota, fromRemaining, toQuota int64) int64 {
 	var want int64
 	switch {
 	case st == Proportional:
-		want, _ = MulDiv(fromRemaining, toQuota, fromQuota)
+		want, _ = arith.MulDiv(fromRemaining, toQuota, fromQuota)
 	case st == Additive && toQuota >= fromQuota:
 		want = fromRemaining + toQuota - fromQuota
 	default: // AsIs, and Additive when the limit is lowered

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"github.com/floodgate/floodgate/internal/arith"
+
 	"fmt"
 	"math"
 	"strconv"
@@ -125,8 +127,8 @@ func NewBucket(what string, rate int64, period time.Duration, quota int64, quota
 		return Spec{}, err
 	}
 	s.Period = p
-	s.TQ, s.TR = MulDiv(1, s.Period, s.Rate)
-	s.TauQ, s.TauR = MulDiv(s.Quota, s.Period, s.Rate)
+	s.TQ, s.TR = arith.MulDiv(1, s.Period, s.Rate)
+	s.TauQ, s.TauR = arith.MulDiv(s.Quota, s.Period, s.Rate)
 	if s.TauQ >= maxPeriodMicros {
 		refill := "more than " + time.Duration(math.MaxInt64).String() // beyond a Duration
 		if s.TauQ <= math.MaxInt64/int64(time.Microsecond) {
@@ -268,7 +270,7 @@ func (s Spec) Share(n int64) (Spec, error) {
 // in Location.
 func (s *Spec) Window(t int64) (start, end int64) {
 	if s.Calendar == 0 {
-		_, off := FloorDiv(t, s.Period)
+		_, off := arith.FloorDiv(t, s.Period)
 		return t - off, t - off + s.Period
 	}
 	st, e := calendarWindow(time.UnixMicro(t).In(s.Location), s.Calendar)

@@ -73,21 +73,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestRoundUp(t *testing.T) {
-	for _, tt := range []struct {
-		d, unit time.Duration
-		want    int64
-	}{
-		{0, time.Second, 0}, {-time.Second, time.Second, 0}, {time.Nanosecond, time.Second, 1},
-		{time.Second, time.Second, 1}, {time.Second + 1, time.Second, 2}, {1500 * time.Microsecond, time.Millisecond, 2},
-		{Never, time.Second, -1},
-	} {
-		if got := RoundUp(tt.d, tt.unit); got != tt.want {
-			t.Errorf("RoundUp(%s, %s) = %d, want %d", tt.d, tt.unit, got, tt.want)
-		}
-	}
-}
-
 // A sliding log records every unit it admits, so its limit bounds one
 // request's work: each log, and the logs of one set together, admit at
 // most MaxLogQuota, and the error names the way out.

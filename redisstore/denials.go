@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // denials is the local denial cache (Options.DenialCache): when Redis
@@ -163,7 +164,7 @@ func (d *denials) put(key string, p *policy, n int64, sent time.Time, dec core.D
 			}
 		}
 	}
-	sh.m[key] = &denial{p: p, n: n, sent: sent, until: sent.Add(core.Duration(dec.Retry)), d: dec}
+	sh.m[key] = &denial{p: p, n: n, sent: sent, until: sent.Add(arith.Duration(dec.Retry)), d: dec}
 }
 
 // settle tells the cache what Redis decided, dec, of a request of cost n

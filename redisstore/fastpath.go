@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -279,7 +280,7 @@ func (f *fastArgs) arg(now, n int64, o op, shared bool) string {
 		// alike and writes nothing.
 		n, iq, ir = -n, 0, 0
 	} else if n != 1 && n <= f.quota {
-		iq, ir = core.MulDiv(n, f.period, f.rate)
+		iq, ir = arith.MulDiv(n, f.period, f.rate)
 	}
 	putDouble(buf[8:], n)
 	putDouble(buf[64:], iq)

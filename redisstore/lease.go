@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // This file is the leases of Options.Leases. A process that sees a key
@@ -38,7 +39,7 @@ type LeaseOptions struct {
 // lease would be less than 2 units (not worth it).
 func (o *LeaseOptions) leaseSize(sp *core.Spec) int64 {
 	byShare := int64(float64(sp.Quota) * o.Share)
-	byTime, _ := core.MulDiv(sp.Rate, o.Time.Microseconds(), sp.Period)
+	byTime, _ := arith.MulDiv(sp.Rate, o.Time.Microseconds(), sp.Period)
 	k := min(byShare, byTime)
 	if k < 2 {
 		return 0
@@ -298,7 +299,7 @@ func (ls *lease) admit(p *policy, n, now int64) (core.Decision, bool) {
 func (ls *lease) decision(p *policy, units int64) core.Decision {
 	d := core.Decision{Verdict: ls.verdict, Source: core.SourceLease}
 	d.Remaining += units
-	held, _ := core.MulDiv(units, p.specs[0].Period, p.specs[0].Rate)
+	held, _ := arith.MulDiv(units, p.specs[0].Period, p.specs[0].Rate)
 	d.Reset = max(d.Reset-held, 0)
 	return d
 }

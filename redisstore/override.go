@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -261,7 +262,7 @@ func (s *Store) readOverride(ctx context.Context, c redis.Cmdable, raw string) (
 		if exp <= now {
 			return core.Override{}, false, nil
 		}
-		o.TTL = time.Duration(core.RoundUp(time.Duration(exp-now)*time.Microsecond, time.Millisecond)) * time.Millisecond
+		o.TTL = time.Duration(arith.RoundUp(time.Duration(exp-now)*time.Microsecond, time.Millisecond)) * time.Millisecond
 	}
 	return o, true, nil
 }

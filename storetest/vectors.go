@@ -12,7 +12,7 @@ import (
 	"time"
 
 	fg "github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // The peer vectors are test vectors taken from other rate limiters' tests
@@ -204,9 +204,9 @@ func redisCellVector(v vector) func(*testing.T, *vectorEnv) {
 			r := e.take(t, "user123", []fg.Limit{lim}, s.N)
 			retry := int64(-1)
 			if !r.Allowed && r.RetryAfter != fg.Never {
-				retry = core.RoundUp(r.RetryAfter, time.Second)
+				retry = arith.RoundUp(r.RetryAfter, time.Second)
 			}
-			got := []int64{b2i(!r.Allowed), r.Quota, r.Remaining, retry, core.RoundUp(r.ResetAfter, time.Second)}
+			got := []int64{b2i(!r.Allowed), r.Quota, r.Remaining, retry, arith.RoundUp(r.ResetAfter, time.Second)}
 			want := []int64{int64(num(s.Expect, "limited")), int64(num(s.Expect, "limit")), int64(num(s.Expect, "remaining")),
 				int64(num(s.Expect, "retry_after_s")), int64(num(s.Expect, "reset_after_s"))}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -315,11 +315,11 @@ func throttledVector(v vector) func(*testing.T, *vectorEnv) {
 				"status":                "200",
 				"X-Ratelimit-Limit":     strconv.FormatInt(r.Quota, 10),
 				"X-Ratelimit-Remaining": strconv.FormatInt(r.Remaining, 10),
-				"X-Ratelimit-Reset":     strconv.FormatInt(core.RoundUp(r.ResetAfter, time.Second), 10),
+				"X-Ratelimit-Reset":     strconv.FormatInt(arith.RoundUp(r.ResetAfter, time.Second), 10),
 			}
 			if !r.Allowed {
 				got["status"] = "429"
-				got["Retry-After"] = strconv.FormatInt(core.RoundUp(r.RetryAfter, time.Second), 10)
+				got["Retry-After"] = strconv.FormatInt(arith.RoundUp(r.RetryAfter, time.Second), 10)
 			}
 			for k, want := range s.Expect {
 				if fmt.Sprint(want) != got[k] {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 )
 
 // Name returns the name that headers, problem details and metrics give
@@ -49,7 +49,7 @@ func sfString(b *strings.Builder, s string) {
 
 // Seconds is d in whole seconds, rounded up, as every header and
 // CL.THROTTLE report it; -1 for floodgate.Never.
-func Seconds(d time.Duration) int64 { return core.RoundUp(d, time.Second) }
+func Seconds(d time.Duration) int64 { return arith.RoundUp(d, time.Second) }
 
 // Policy returns the RateLimit-Policy field value for limits, one item per
 // limit: "name";q=<quota>;w=<seconds>, where w is the limit's Span.

@@ -34,6 +34,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/service"
 )
@@ -184,7 +185,7 @@ type CheckResponse struct {
 }
 
 func ms(d floodgate.Result) (retry, reset int64) {
-	return core.RoundUp(d.RetryAfter, time.Millisecond), core.RoundUp(d.ResetAfter, time.Millisecond)
+	return arith.RoundUp(d.RetryAfter, time.Millisecond), arith.RoundUp(d.ResetAfter, time.Millisecond)
 }
 
 func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {

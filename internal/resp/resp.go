@@ -49,7 +49,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/arith"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/internal/metrics"
@@ -760,9 +760,9 @@ func (c *conn) writeDecision(allowed bool, res floodgate.Result, unit time.Durat
 	limited, retry := int64(0), int64(-1)
 	if !allowed {
 		limited = 1
-		retry = core.RoundUp(res.RetryAfter, unit) // -1 for never
+		retry = arith.RoundUp(res.RetryAfter, unit) // -1 for never
 	}
-	c.writeInts(limited, res.Quota, res.Remaining, retry, core.RoundUp(res.ResetAfter, unit))
+	c.writeInts(limited, res.Quota, res.Remaining, retry, arith.RoundUp(res.ResetAfter, unit))
 }
 
 func (c *conn) check(ctx context.Context, args []string) {
@@ -896,7 +896,7 @@ func (c *conn) writeOverride(o service.Override, named bool) {
 	} else {
 		c.writeArrayHeader(n)
 	}
-	c.writeInt(core.RoundUp(o.TTL, time.Millisecond))
+	c.writeInt(arith.RoundUp(o.TTL, time.Millisecond))
 	for _, l := range o.Limits {
 		c.writeBulk(l.String())
 	}

@@ -1,8 +1,13 @@
-package core
+// Package arith is the integer arithmetic and the conversions that
+// floodgate's algorithms and reports share: exact products and quotients,
+// floor division, and microseconds to durations and coarser units. It is
+// internal so that package core keeps only what a Store author needs.
+package arith
 
 import (
 	"math"
 	"math/bits"
+	"time"
 )
 
 // The arithmetic rules every algorithm follows, in Go here and mirrored
@@ -12,7 +17,7 @@ import (
 //   - Time is an integer number of microseconds since the Unix epoch.
 //   - A rate of R events per P microseconds is kept as the exact fraction
 //     P/R: a point in time is a whole number of microseconds plus a
-//     numerator below R (see stepBucket). Nothing is ever rounded while it is
+//     numerator below R (see core's stepBucket). Nothing is ever rounded while it is
 //     stored, so no drift accumulates, whatever R and P are.
 //   - Rounding happens only when a figure is reported, and always against
 //     the caller: durations (retry-after, reset-after) round up to the next
@@ -20,7 +25,7 @@ import (
 //     reported time is never early; a reported count is never more than
 //     what is really there.
 //   - Every intermediate value stays below 2^53, so that Lua's doubles hold
-//     it exactly. The bounds in spec.go guarantee it; MulDiv is the one
+//     it exactly. The bounds in core/spec.go guarantee it; MulDiv is the one
 //     place where a product could exceed that, and it never forms it.
 
 // maxExact is 2^52: every parameter, and every divisor given to MulDiv, is
@@ -52,4 +57,36 @@ func FloorDiv(a, b int64) (q, r int64) {
 		r += b
 	}
 	return q, r
+}
+
+// Never is core.Never, the largest Duration: the RetryAfter of a request
+// that can never be allowed.
+const Never = time.Duration(1<<63 - 1)
+
+// Duration converts a verdict's microseconds to a Duration: a negative
+// value (core.NeverMicros), or one too large, to Never.
+func Duration(us int64) time.Duration {
+	if us < 0 || us > int64(Never/time.Microsecond) {
+		return Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// RoundUp returns d in whole units, rounded up, the rule of every figure
+// floodgate reports in coarser units than microseconds (Retry-After and
+// RateLimit headers in seconds, CL.THROTTLE, milliseconds in JSON): a
+// client that waits what it is told is never early. It returns 0 for
+// d <= 0 and -1 for Never.
+func RoundUp(d, unit time.Duration) int64 {
+	switch {
+	case d == Never:
+		return -1
+	case d <= 0:
+		return 0
+	}
+	q := int64(d / unit)
+	if d%unit != 0 {
+		q++
+	}
+	return q
 }
