@@ -225,6 +225,22 @@ func TestClientInterceptor(t *testing.T) {
 	}
 }
 
+// A client key function that fails fails the call with InvalidArgument,
+// unsent, on unary calls and streams alike, as the server's KeyFunc does.
+func TestClientKeyError(t *testing.T) {
+	lim, _ := storetest.NewLimiter(t, floodgate.PerSecond(1))
+	fail := &grpclimit.ClientOptions{Key: grpclimit.Metadata("x-tenant", nil)} // no incoming metadata on a client
+	client := serve(t, nil,
+		grpc.WithUnaryInterceptor(grpclimit.UnaryClientInterceptor(lim, fail)),
+		grpc.WithStreamInterceptor(grpclimit.StreamClientInterceptor(lim, fail)))
+	if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("unary call with a failing key: %v, want InvalidArgument", err)
+	}
+	if _, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("stream with a failing key: %v, want InvalidArgument", err)
+	}
+}
+
 // No test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
