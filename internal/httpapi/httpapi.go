@@ -5,6 +5,7 @@
 //	POST /v1/reset        {"rule":"api","key":"user:1"}
 //	GET  /v1/rules
 //	GET  /v1/inspect?rule=api&key=user:1   a key's state, without charging it
+//	ANY  /v1/auth/{rule}?key={ip}&deny=403  forward auth for nginx, Caddy, Traefik
 //	GET  /v1/dashboard, /ui/               the dashboard (package dash)
 //	GET  /metrics, /healthz, /readyz
 //
@@ -28,6 +29,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +37,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/clientip"
 	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/service"
 )
@@ -58,11 +61,20 @@ type Options struct {
 	Dashboard *dash.Dashboard
 	// Logger receives store failures. Default: slog.Default().
 	Logger *slog.Logger
+	// TrustedProxies are the proxies whose client address header the
+	// forward auth endpoint (/v1/auth) believes for {ip}. Default: none,
+	// and {ip} is refused with 400.
+	TrustedProxies []netip.Prefix
+	// ClientIPHeader is that header: X-Forwarded-For (the default),
+	// X-Real-IP or Forwarded.
+	ClientIPHeader string
 }
 
 type api struct {
-	svc *service.Service
-	o   Options
+	svc   *service.Service
+	o     Options
+	ip    *clientip.Resolver
+	ipErr error // a ClientIPHeader that clientip refuses, told to {ip}'s users
 }
 
 // Handler returns the API's handler.
@@ -75,6 +87,7 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 		o.Logger = slog.Default()
 	}
 	a := &api{svc: svc, o: o}
+	a.ip, a.ipErr = clientip.New(o.ClientIPHeader, o.TrustedProxies)
 	mux := http.NewServeMux()
 	allow := map[string]string{} // path: the method it takes, for 405
 	handle := func(method, path string, h http.HandlerFunc) {
@@ -91,6 +104,10 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
 	handle("POST", "/json", a.auth(a.envoyJSON))
+	// Forward auth takes any method: proxies ask with the original one
+	// or with GET.
+	mux.HandleFunc("/v1/auth", a.auth(a.forwardAuth))
+	mux.HandleFunc("/v1/auth/{rule}", a.auth(a.forwardAuth))
 	a.overrideRoutes(mux)
 	if d := o.Dashboard; d != nil {
 		handle("GET", "/v1/dashboard", a.auth(func(w http.ResponseWriter, r *http.Request) {

@@ -125,6 +125,7 @@ func FuzzAPI(f *testing.F) {
 	f.Add("POST", "/v1/reset", "application/json", []byte(`{"rule":"example","key":"k"}`))
 	f.Add("GET", "/v1/rules", "", []byte(nil))
 	f.Add("PUT", "/v1/check", "text/plain", []byte("x"))
+	f.Add("GET", "/v1/auth/example?key={method}:{header:X-A|path}&deny=429", "", []byte(nil))
 	f.Add("POST", "/v1/check", "application/json; charset=utf-8", []byte(`{"rule":"example","key":"\u0000","cost":-9223372036854775808}`))
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	f.Cleanup(func() { st.Close() })
@@ -142,7 +143,11 @@ func FuzzAPI(f *testing.F) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch rec.Code {
-		case 200, 204, 400, 404, 405, 413, 415:
+		case 200, 204, 400, 404, 405, 413, 415, 431:
+		case 401, 403, 429: // a forward auth's denial, as deny= asks
+			if !strings.HasPrefix(req.URL.Path, "/v1/auth") {
+				t.Fatalf("%s %q: status %d", method, path, rec.Code)
+			}
 		case 301, 307, 308: // the mux cleans paths ("/./v1" to "/v1")
 			return
 		default:

@@ -52,6 +52,9 @@ type Decision struct {
 	// Limit is the name of the limit that Result describes ("" when it
 	// has none), from the same rules that decided.
 	Limit string
+	// Limits are the rule's limits that decided, for a RateLimit-Policy
+	// header that matches the answer even across a reload. Set by Check.
+	Limits []floodgate.Limit
 }
 
 // Service decides requests against the current rules. It is safe for
@@ -323,7 +326,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 		s.keyFailed(rule, err)
 		return Decision{}, err
 	}
-	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Limit: res.Name}
+	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Limit: res.Name, Limits: r.Limits}
 	switch {
 	case res.Allowed:
 		s.decisions.Add(1, rule, "allowed")
