@@ -11,14 +11,18 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/httplimit"
+	"github.com/floodgate/floodgate/internal/clientip"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/dash"
 	"github.com/floodgate/floodgate/internal/gcfloor"
@@ -61,6 +65,12 @@ type serveFlags struct {
 	// ui serves the dashboard at /ui/, sampling every uiStep.
 	ui     bool
 	uiStep time.Duration
+	// trustedProxies (--trusted-proxies, comma-separated) and
+	// clientIPHeader tell /v1/auth whose client address header to
+	// believe.
+	trustedProxies string
+	clientIPHeader string
+	trusted        []netip.Prefix
 	// gcFloor is how far the heap grows between collections at least, as
 	// --gc-floor reads: bytes, KiB, MiB, GiB; "0" for Go's default.
 	gcFloor string
@@ -97,8 +107,27 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.tls.Cert, "tls-cert", e.str("FLOODGATE_TLS_CERT", ""), "PEM certificate (chain) for TLS on the HTTP and Redis-protocol listeners; reloaded on SIGHUP ($FLOODGATE_TLS_CERT)")
 	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
 	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
+	fs.StringVar(&f.trustedProxies, "trusted-proxies", e.str("FLOODGATE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDR prefixes of the proxies (nginx, Caddy, Traefik) whose --client-ip-header /v1/auth believes for a key's {ip}; without them {ip} is refused ($FLOODGATE_TRUSTED_PROXIES)")
+	fs.StringVar(&f.clientIPHeader, "client-ip-header", e.str("FLOODGATE_CLIENT_IP_HEADER", "X-Forwarded-For"), "the header in which the trusted proxies send the client's address to /v1/auth: X-Forwarded-For, X-Real-IP or Forwarded ($FLOODGATE_CLIENT_IP_HEADER)")
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return nil, code, false
+	}
+	if f.trustedProxies != "" {
+		var addrs []string
+		for _, a := range strings.Split(f.trustedProxies, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		var err error
+		if f.trusted, err = httplimit.TrustedProxies(addrs...); err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: --trusted-proxies: %v\n", strings.TrimPrefix(err.Error(), "httplimit: "))
+			return nil, 2, false
+		}
+	}
+	if _, err := clientip.New(f.clientIPHeader, nil); err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: --client-ip-header: %v\n", err)
+		return nil, 2, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
@@ -149,7 +178,8 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
 		}
 		s.httpSrv = &http.Server{
-			Handler:           httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: log}),
+			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: log,
+				TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader}),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
 		}
