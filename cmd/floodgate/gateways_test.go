@@ -342,3 +342,23 @@ func TestGatewayLatency(t *testing.T) {
 		n, map[bool]string{true: "plain", false: "race-built"}[bin != binary], map[bool]string{true: "Redis", false: "memory"}[len(args) > 4],
 		pct(with, 50), pct(with, 99), pct(without, 50), pct(without, 99), pct(with, 50)-pct(without, 50), pct(with, 99)-pct(without, 99))
 }
+
+// TestBadProxyFlags: a --trusted-proxies or --client-ip-header that
+// cannot be read stops serve at start, naming the flag.
+func TestBadProxyFlags(t *testing.T) {
+	for _, tt := range []struct{ args, want []string }{
+		{[]string{"--trusted-proxies", "10.0.0.0/33"}, []string{"--trusted-proxies: ", `"10.0.0.0/33"`}},
+		{[]string{"--trusted-proxies", "127.0.0.1,nginx"}, []string{"--trusted-proxies: ", `"nginx"`}},
+		{[]string{"--client-ip-header", "X-Client-IP"}, []string{"--client-ip-header: ", "X-Real-IP"}},
+	} {
+		out, err := exec.Command(binary, append([]string{"serve", "--http", "127.0.0.1:0", "--resp", ""}, tt.args...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+			t.Fatalf("%q: exit %v\n%s", tt.args, err, out)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%q: output lacks %q:\n%s", tt.args, w, out)
+			}
+		}
+	}
+}

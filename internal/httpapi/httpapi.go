@@ -9,8 +9,9 @@
 //	GET  /v1/dashboard, /ui/               the dashboard (package dash)
 //	GET  /metrics, /healthz, /readyz
 //
-// A denial is a 200 with "allowed": false; 4xx answers mean the request
-// was wrong, 503 that the store failed. Errors are application/problem+json.
+// A denial is a 200 with "allowed": false, except at /v1/auth, where it
+// is the status the proxy asked for (forwardauth.go); other 4xx answers
+// mean the request was wrong, 503 that the store failed. Errors are application/problem+json.
 // POST bodies must be application/json (415 otherwise, so that a web page
 // cannot post to the API as a form); a wrong method gets 405 with Allow; a
 // body that does not arrive in time gets 408. Every JSON body, /json's and
