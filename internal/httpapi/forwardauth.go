@@ -21,8 +21,8 @@ import (
 // auth_request, Caddy's forward_auth, Traefik's ForwardAuth. Its query:
 //
 //	key   the key template (default "{ip}"), see parseKeyTemplate
-//	deny  the status of a denial: 403 (default, the one nginx passes on),
-//	      429 (Caddy, Traefik pass the answer through) or 401
+//	deny  the status of a denial: 403 (default, the one nginx passes on)
+//	      or 429 (Caddy, Traefik pass the answer through)
 //
 // An allowed request gets 200 with RateLimit and RateLimit-Policy; a
 // denied one the deny status with Retry-After too. A request that names
@@ -286,10 +286,10 @@ func denyStatus(s string) (int, error) {
 		return http.StatusForbidden, nil
 	case "429":
 		return http.StatusTooManyRequests, nil
-	case "401":
-		return http.StatusUnauthorized, nil
 	}
-	return 0, fmt.Errorf("deny must be 401, 403 or 429, got %q", s)
+	// Not 401: it would need a WWW-Authenticate challenge, and nginx
+	// passes none of the other headers with it.
+	return 0, fmt.Errorf("deny must be 403 or 429, got %q", s)
 }
 
 // parseCost reads the cost header: decimal digits, at most 18 of them.
