@@ -241,9 +241,9 @@ func TestGateways(t *testing.T) {
 			t.Fatalf("shared, request %d through %s: %d", n, proxy, a.status)
 		}
 	}
-	for _, proxy := range []string{ngx, caddy} {
-		if a := gwGet(t, c, proxy+"/"); a.status != 429 {
-			t.Errorf("shared: the 6th request through %s got %d, want 429", proxy, a.status)
+	for _, proxy := range []string{ngx, caddy, ngx + "/open", caddyOpen} {
+		if a := gwGet(t, c, proxy+"/"); a.status != 429 || a.header.Get("Retry-After") == "" {
+			t.Errorf("shared: the 6th request through %s/ got %d, Retry-After %q, want 429", proxy, a.status, a.header.Get("Retry-After"))
 		}
 	}
 
@@ -288,6 +288,24 @@ func TestGateways(t *testing.T) {
 	} {
 		if a := gwGet(t, c, tc.url); a.status != tc.status || tc.status == 200 && a.body != "app" {
 			t.Errorf("floodgate down: %s answered %d %q, want %d", tc.url, a.status, a.body, tc.status)
+		}
+	}
+
+	// A floodgate that refuses the requests as bad input (here: {ip}
+	// without --trusted-proxies) is no way around the limit, not even
+	// where the examples fail open.
+	serve(t, "--config", rules, "--redis", "redis://"+rs.Addr, "--http", fgAddr)
+	for _, tc := range []struct {
+		url    string
+		status int
+	}{
+		{ngx + "/", 500},
+		{ngx + "/open/", 500},
+		{caddy + "/", 400},
+		{caddyOpen + "/", 400},
+	} {
+		if a := gwGet(t, c, tc.url); a.status != tc.status {
+			t.Errorf("floodgate refusing: %s answered %d %q, want %d", tc.url, a.status, a.body, tc.status)
 		}
 	}
 }
