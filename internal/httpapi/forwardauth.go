@@ -26,7 +26,8 @@ import (
 //
 // An allowed request gets 200 with RateLimit and RateLimit-Policy; a
 // denied one the deny status with Retry-After too. A request that names
-// no rule or no key, or a bad cost, gets 400.
+// no rule or no key, or a bad cost, gets 400; one whose key would pass
+// service.MaxKeyLen, 431.
 const (
 	// RuleHeader names the rule when the path does not; the path wins.
 	RuleHeader = "X-Floodgate-Rule"
