@@ -25,11 +25,11 @@ import (
 	"github.com/floodgate/floodgate/internal/clientip"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/dash"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/gcfloor"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/metrics"
 	"github.com/floodgate/floodgate/internal/resp"
-	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/internal/service"
 	"github.com/floodgate/floodgate/internal/tlsconf"
 	"github.com/floodgate/floodgate/redisstore"
@@ -59,7 +59,7 @@ type serveFlags struct {
 	grpcMaxConns int64
 	grpcStreams  int64
 	grpcMsgSize  string
-	grpcLimits   rls.Limits
+	grpcLimits   envoy.Limits
 	// tls names the certificate files of both listeners; empty: no TLS.
 	tls tlsconf.Files
 	// ui serves the dashboard at /ui/, sampling every uiStep.
@@ -97,10 +97,10 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.BoolVar(&f.protectMetrics, "protect-metrics", e.bool("FLOODGATE_PROTECT_METRICS", false), "require --token on /metrics too; by default /metrics, /healthz and /readyz are open ($FLOODGATE_PROTECT_METRICS)")
 	fs.Int64Var(&f.httpMaxConns, "http-max-conns", e.int("FLOODGATE_HTTP_MAX_CONNS", 10000), "most open HTTP connections; more wait to be accepted ($FLOODGATE_HTTP_MAX_CONNS)")
 	fs.Int64Var(&f.grpcMaxConns, "grpc-max-conns", e.int("FLOODGATE_GRPC_MAX_CONNS", 1000), "most open gRPC connections; more wait to be accepted. Envoy opens one per worker thread, and another when one has --grpc-max-streams calls in flight ($FLOODGATE_GRPC_MAX_CONNS)")
-	fs.Int64Var(&f.grpcStreams, "grpc-max-streams", e.int("FLOODGATE_GRPC_MAX_STREAMS", rls.DefaultMaxStreams), "most gRPC calls in flight on one connection; more are refused unread, and Envoy opens another connection ($FLOODGATE_GRPC_MAX_STREAMS)")
+	fs.Int64Var(&f.grpcStreams, "grpc-max-streams", e.int("FLOODGATE_GRPC_MAX_STREAMS", envoy.DefaultMaxStreams), "most gRPC calls in flight on one connection; more are refused unread, and Envoy opens another connection ($FLOODGATE_GRPC_MAX_STREAMS)")
 	fs.StringVar(&f.grpcMsgSize, "grpc-max-msg-size", e.str("FLOODGATE_GRPC_MAX_MSG_SIZE", "256KiB"), "largest gRPC rate limit request (bytes, or with KiB, MiB or GiB); a larger one fails, which Envoy answers by letting its request through unless failure_mode_deny. A connection holds at most about --grpc-max-streams times this ($FLOODGATE_GRPC_MAX_MSG_SIZE)")
-	fs.DurationVar(&f.grpcLimits.HandshakeTimeout, "grpc-handshake-timeout", e.duration("FLOODGATE_GRPC_HANDSHAKE_TIMEOUT", rls.DefaultHandshakeTimeout), "how long a new gRPC connection has to finish TLS and send the HTTP/2 preface before it is closed ($FLOODGATE_GRPC_HANDSHAKE_TIMEOUT)")
-	fs.DurationVar(&f.grpcLimits.IdleTimeout, "grpc-idle-timeout", e.duration("FLOODGATE_GRPC_IDLE_TIMEOUT", rls.DefaultIdleTimeout), "close a gRPC connection with no call in flight for this long; the client reconnects when it next calls ($FLOODGATE_GRPC_IDLE_TIMEOUT)")
+	fs.DurationVar(&f.grpcLimits.HandshakeTimeout, "grpc-handshake-timeout", e.duration("FLOODGATE_GRPC_HANDSHAKE_TIMEOUT", envoy.DefaultHandshakeTimeout), "how long a new gRPC connection has to finish TLS and send the HTTP/2 preface before it is closed ($FLOODGATE_GRPC_HANDSHAKE_TIMEOUT)")
+	fs.DurationVar(&f.grpcLimits.IdleTimeout, "grpc-idle-timeout", e.duration("FLOODGATE_GRPC_IDLE_TIMEOUT", envoy.DefaultIdleTimeout), "close a gRPC connection with no call in flight for this long; the client reconnects when it next calls ($FLOODGATE_GRPC_IDLE_TIMEOUT)")
 	fs.BoolVar(&f.ui, "ui", e.bool("FLOODGATE_UI", true), "serve the dashboard at /ui/ on the HTTP listener ($FLOODGATE_UI)")
 	fs.StringVar(&f.gcFloor, "gc-floor", e.str("FLOODGATE_GC_FLOOR", "64MiB"), "let the heap grow by at least this much between garbage collections (bytes, or with KiB, MiB or GiB; 0 for Go's default): fewer collections under load, for at most this much more memory; ignored when GOGC is set ($FLOODGATE_GC_FLOOR)")
 	fs.DurationVar(&f.uiStep, "ui-step", e.duration("FLOODGATE_UI_STEP", 2*time.Second), "how often the dashboard samples the counters: its chart's resolution ($FLOODGATE_UI_STEP)")
@@ -146,7 +146,7 @@ type server struct {
 	httpSrv        *http.Server
 	respSrv        *resp.Server
 	grpcSrv        *grpc.Server
-	rls            *rls.Server
+	rls            *envoy.Server
 	wg             sync.WaitGroup
 	errs           chan error // a server that stopped by itself
 }
@@ -214,7 +214,7 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
 		}
 		s.grpcSrv = grpc.NewServer(opts...)
-		s.rls = rls.Register(s.grpcSrv, svc, log)
+		s.rls = envoy.Register(s.grpcSrv, svc, log)
 	}
 	if s.httpLn == nil && s.respLn == nil && s.grpcLn == nil {
 		return nil, errors.New("--http, --resp and --grpc are all disabled: nothing to serve")
@@ -540,7 +540,7 @@ func grpcOptions(f *serveFlags) ([]grpc.ServerOption, error) {
 	}
 	l := f.grpcLimits
 	l.MaxStreams, l.MaxMsgSize, l.Token = uint32(f.grpcStreams), int(size), f.token
-	return rls.ServerOptions(l)
+	return envoy.ServerOptions(l)
 }
 
 // maxGRPCMsgSize bounds --grpc-max-msg-size, in bytes: each of a

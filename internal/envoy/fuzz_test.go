@@ -1,4 +1,4 @@
-package rls_test
+package envoy_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -68,7 +68,7 @@ func FuzzRLS(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	var servers [2]*rls.Server
+	var servers [2]*envoy.Server
 	for i, atomic := range []bool{false, true} {
 		st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 		f.Cleanup(func() { st.Close() })
@@ -78,7 +78,7 @@ func FuzzRLS(f *testing.F) {
 		}
 		// Registered on a server that never serves: the handler is called
 		// directly, as gRPC calls it once the message is decoded.
-		servers[i] = rls.Register(grpc.NewServer(), svc, slog.New(slog.DiscardHandler))
+		servers[i] = envoy.Register(grpc.NewServer(), svc, slog.New(slog.DiscardHandler))
 	}
 	f.Fuzz(func(t *testing.T, msg []byte, atomic bool) {
 		var req rlsv3.RateLimitRequest

@@ -1,4 +1,4 @@
-package rls
+package envoy
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package rls_test
+package envoy_test
 
 import (
 	"context"

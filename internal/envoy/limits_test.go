@@ -1,4 +1,4 @@
-package rls_test
+package envoy_test
 
 import (
 	"bytes"
@@ -25,16 +25,16 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
 const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 // serveLimited serves the rate limit service of a "web" domain on a
-// loopback port with rls.ServerOptions(l) until t ends, and returns its
+// loopback port with envoy.ServerOptions(l) until t ends, and returns its
 // address.
-func serveLimited(t *testing.T, l rls.Limits) string {
+func serveLimited(t *testing.T, l envoy.Limits) string {
 	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
@@ -46,7 +46,7 @@ func serveLimited(t *testing.T, l rls.Limits) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := rls.ServerOptions(l)
+	opts, err := envoy.ServerOptions(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func serveLimited(t *testing.T, l rls.Limits) string {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer(opts...)
-	rls.Register(gs, svc, slog.New(slog.DiscardHandler))
+	envoy.Register(gs, svc, slog.New(slog.DiscardHandler))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -164,7 +164,7 @@ func (h *h2conn) end(id uint32) (grpcStatus string, rst http2.ErrCode) {
 // TestRequireTokenBeforeBody: a call without the token is refused on its
 // headers, before any of its message is sent; health checks need none.
 func TestRequireTokenBeforeBody(t *testing.T) {
-	addr := serveLimited(t, rls.Limits{Token: "s3cret"})
+	addr := serveLimited(t, envoy.Limits{Token: "s3cret"})
 	h := dialH2(t, addr)
 	id := uint32(1)
 	for _, tc := range []struct {
@@ -222,7 +222,7 @@ func (h *h2conn) call(id uint32, method string, md ...string) string {
 // each may have its message buffered.
 func TestHealthWithoutToken(t *testing.T) {
 	const check = "/grpc.health.v1.Health/Check"
-	addr := serveLimited(t, rls.Limits{Token: "s3cret"})
+	addr := serveLimited(t, envoy.Limits{Token: "s3cret"})
 	h := dialH2(t, addr)
 	for id := uint32(1); id <= 15; id += 2 {
 		h.open(id, check) // waiting for their messages
@@ -260,7 +260,7 @@ func TestHealthWithoutToken(t *testing.T) {
 // MaxStreams unread, and refuses a message longer than MaxMsgSize on its
 // length alone.
 func TestLimits(t *testing.T) {
-	l := rls.Limits{MaxStreams: 2, MaxMsgSize: 1000}
+	l := envoy.Limits{MaxStreams: 2, MaxMsgSize: 1000}
 	h := dialH2(t, serveLimited(t, l))
 	for id, want := range map[http2.SettingID]uint32{http2.SettingMaxConcurrentStreams: 2, http2.SettingInitialWindowSize: 64 << 10, http2.SettingMaxHeaderListSize: 64 << 10} {
 		if h.settings[id] != want {
@@ -290,7 +290,7 @@ func TestLimits(t *testing.T) {
 // closed after HandshakeTimeout, one without calls gets GOAWAY after
 // IdleTimeout.
 func TestConnectionTimeouts(t *testing.T) {
-	addr := serveLimited(t, rls.Limits{HandshakeTimeout: 50 * time.Millisecond, IdleTimeout: 50 * time.Millisecond})
+	addr := serveLimited(t, envoy.Limits{HandshakeTimeout: 50 * time.Millisecond, IdleTimeout: 50 * time.Millisecond})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,4 @@
-// Package rls serves Envoy's rate limit service over gRPC:
-// envoy.service.ratelimit.v3.RateLimitService, the API that Envoy's
-// envoy.filters.http.ratelimit and network ratelimit filters call, and
-// grpc.health.v1.Health. It is a thin layer over service.ShouldRateLimit.
-package rls
+package envoy
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package rls_test
+package envoy_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // serve starts a gRPC server with the rate limit service on the memory
 // store, and returns a connection to it.
-func serve(t *testing.T) (*grpc.ClientConn, *rls.Server) {
+func serve(t *testing.T) (*grpc.ClientConn, *envoy.Server) {
 	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
@@ -48,14 +48,14 @@ func serve(t *testing.T) (*grpc.ClientConn, *rls.Server) {
 
 // startGRPC serves svc's rate limit service on a loopback port until t
 // ends, and returns its address.
-func startGRPC(t *testing.T, svc *service.Service) (string, *rls.Server) {
+func startGRPC(t *testing.T, svc *service.Service) (string, *envoy.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	srv := rls.Register(gs, svc, slog.New(slog.DiscardHandler))
+	srv := envoy.Register(gs, svc, slog.New(slog.DiscardHandler))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
