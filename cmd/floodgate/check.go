@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/service"
 )
@@ -166,10 +167,13 @@ func checkLocal(ctx context.Context, sf *storeFlags, cfgPath string, o config.Lo
 		// limit's answer for the state of the service's.
 		fmt.Fprintln(stderr, "floodgate check: decided on a throwaway in-memory store (a full limit, nothing kept); use --server to ask a running floodgate serve, or --redis to decide on its Redis")
 	}
-	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Logger: log})
+	// Made as serve makes it, so that a domain serve would refuse fails
+	// here too.
+	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Logger: log}, nil)
 	if err != nil {
 		return nil, false, err
 	}
+	svc := rl.Rules()
 	cost := int64(1)
 	if req.Cost != nil {
 		cost = *req.Cost

@@ -152,7 +152,8 @@ type server struct {
 }
 
 // listen opens the listeners the flags ask for, and the servers for them.
-func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
+func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
+	svc := rl.Rules()
 	s := &server{errs: make(chan error, 3), ui: board != nil}
 	var err error
 	var grpcOpts []grpc.ServerOption
@@ -178,7 +179,7 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
 		}
 		s.httpSrv = &http.Server{
-			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: log,
+			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: log, Envoy: rl.JSONHandler(log),
 				TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader}),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
@@ -214,7 +215,7 @@ func listen(f *serveFlags, svc *service.Service, board *dash.Dashboard, log *slo
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
 		}
 		s.grpcSrv = grpc.NewServer(opts...)
-		s.rls = envoy.Register(s.grpcSrv, svc, log)
+		s.rls = envoy.Register(s.grpcSrv, rl, log)
 	}
 	if s.httpLn == nil && s.respLn == nil && s.grpcLn == nil {
 		return nil, errors.New("--http, --resp and --grpc are all disabled: nothing to serve")
@@ -349,12 +350,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 	defer st.close()
-	svc, err := service.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied,
-		StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders, MergeDomains: f.mergeDomains})
+	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied, MergeDomains: f.mergeDomains},
+		&envoy.Options{StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
+	svc := rl.Rules()
 	if st.monitor != nil {
 		redisMetrics(svc.Metrics, st.monitor)
 	}
@@ -381,7 +383,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		st.monitor.Start(ctx)
 		cancel()
 	}
-	srv, err := listen(f, svc, board, log)
+	srv, err := listen(f, rl, board, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

@@ -35,7 +35,7 @@ var fuzzConfig = diffConfig(^feature(0)) + `  - key: bucket
 // overall code is OVER_LIMIT exactly when one of them is; never a panic
 // or another error.
 //
-//	go test -run '^$' -fuzz '^FuzzRLS$' -fuzztime 20000x ./internal/rls
+//	go test -run '^$' -fuzz '^FuzzRLS$' -fuzztime 20000x ./internal/envoy
 func FuzzRLS(f *testing.F) {
 	entry := func(kv ...string) *rlcommon.RateLimitDescriptor {
 		d := &rlcommon.RateLimitDescriptor{}
@@ -72,7 +72,7 @@ func FuzzRLS(f *testing.F) {
 	for i, atomic := range []bool{false, true} {
 		st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 		f.Cleanup(func() { st.Close() })
-		svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler), StopIncrementWhenOverLimit: atomic})
+		svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &envoy.Options{StopIncrementWhenOverLimit: atomic})
 		if err != nil {
 			f.Fatal(err)
 		}

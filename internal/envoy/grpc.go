@@ -19,7 +19,7 @@ import (
 // Server answers ShouldRateLimit and health checks.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	svc    *service.Service
+	svc    *Service
 	log    *slog.Logger
 	health *health.Server
 }
@@ -27,7 +27,7 @@ type Server struct {
 // Register registers the rate limit and health services on gs. The
 // health service reports SERVING for "" and for
 // envoy.service.ratelimit.v3.RateLimitService until Shutdown.
-func Register(gs *grpc.Server, svc *service.Service, log *slog.Logger) *Server {
+func Register(gs *grpc.Server, svc *Service, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}

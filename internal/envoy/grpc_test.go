@@ -33,7 +33,7 @@ func serve(t *testing.T) (*grpc.ClientConn, *envoy.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func serve(t *testing.T) (*grpc.ClientConn, *envoy.Server) {
 
 // startGRPC serves svc's rate limit service on a loopback port until t
 // ends, and returns its address.
-func startGRPC(t *testing.T, svc *service.Service) (string, *envoy.Server) {
+func startGRPC(t *testing.T, svc *envoy.Service) (string, *envoy.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -42,7 +42,7 @@ func serveLimited(t *testing.T, l envoy.Limits) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/peertest"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/service"
@@ -263,7 +264,7 @@ func startFloodgate(t *testing.T, redisAddr, domain string, atomic bool) rlsv3.R
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	svc, err := service.New(st, cfg, &service.Options{StopIncrementWhenOverLimit: atomic})
+	svc, err := envoy.New(st, cfg, &service.Options{}, &envoy.Options{StopIncrementWhenOverLimit: atomic})
 	if err != nil {
 		t.Fatal(err)
 	}

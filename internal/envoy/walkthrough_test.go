@@ -16,6 +16,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/service"
 	"github.com/floodgate/floodgate/redisstore"
@@ -73,7 +74,7 @@ func walkthrough(t *testing.T, st floodgate.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func walkthrough(t *testing.T, st floodgate.Store) {
 	}
 	// The counters, whole lines: "...} 1" is a prefix of "...} 18446744073709551615".
 	var m strings.Builder
-	svc.Metrics.Write(&m)
+	svc.Rules().Metrics.Write(&m)
 	var series []string
 	for _, line := range strings.Split(m.String(), "\n") {
 		if strings.HasPrefix(line, "ratelimit_service_") {

@@ -12,6 +12,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/service"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -26,11 +27,11 @@ func TestEnvoyJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	h := httpapi.Handler(svc.Rules(), &httpapi.Options{Logger: slog.New(slog.DiscardHandler), Envoy: svc.JSONHandler(slog.New(slog.DiscardHandler))})
 	const req = `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"a"}]}]}`
 	for _, tc := range []struct {
 		name, body string
@@ -148,11 +149,11 @@ func FuzzEnvoyJSON(f *testing.F) {
 	for i, atomic := range []bool{false, true} {
 		st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 		f.Cleanup(func() { st.Close() })
-		svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler), StopIncrementWhenOverLimit: atomic})
+		svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &envoy.Options{StopIncrementWhenOverLimit: atomic})
 		if err != nil {
 			f.Fatal(err)
 		}
-		handlers[i] = httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+		handlers[i] = httpapi.Handler(svc.Rules(), &httpapi.Options{Logger: slog.New(slog.DiscardHandler), Envoy: svc.JSONHandler(slog.New(slog.DiscardHandler))})
 	}
 	f.Fuzz(func(t *testing.T, body, k1, v1, k2 string, hits, perUnit uint32, unit int, atomic bool) {
 		if body == "" {

@@ -33,13 +33,13 @@ import (
 	"net/netip"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/arith"
 	"github.com/floodgate/floodgate/internal/clientip"
 	"github.com/floodgate/floodgate/internal/dash"
+	"github.com/floodgate/floodgate/internal/httpjson"
 	"github.com/floodgate/floodgate/internal/service"
 )
 
@@ -69,6 +69,10 @@ type Options struct {
 	// ClientIPHeader is that header: X-Forwarded-For (the default),
 	// X-Real-IP or Forwarded.
 	ClientIPHeader string
+	// Envoy, when set, serves envoyproxy/ratelimit's POST /json
+	// (envoy.Service.JSONHandler), behind the Token like /v1/. Default:
+	// none, and /json is not found.
+	Envoy http.Handler
 }
 
 type api struct {
@@ -104,7 +108,9 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("POST", "/v1/settle", a.auth(a.settle))
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
-	handle("POST", "/json", a.auth(a.envoyJSON))
+	if o.Envoy != nil {
+		handle("POST", "/json", a.auth(o.Envoy.ServeHTTP))
+	}
 	// Forward auth takes any method: proxies ask with the original one
 	// or with GET.
 	mux.HandleFunc("/v1/auth", a.auth(a.forwardAuth))
@@ -425,78 +431,14 @@ func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, bool) 
 	return body, true
 }
 
-// checkUTF8 refuses a JSON body that is not UTF-8 text: one with bytes
-// that are not UTF-8, or that escapes half a UTF-16 surrogate pair
-// ("\ud800"). encoding/json reads either as U+FFFD, so that keys which
-// differ ("x\xffy", "x\xfey", "x\ufffdy") would share one bucket.
-func checkUTF8(body []byte) error {
-	if !utf8.Valid(body) {
-		at := 0
-		for at < len(body) {
-			r, n := utf8.DecodeRune(body[at:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			at += n
-		}
-		return fmt.Errorf("the body is not valid UTF-8 (byte %d): JSON text must be UTF-8, so keys are UTF-8 text; binary keys can be sent over the Redis protocol", at)
-	}
-	// A backslash is only valid in a string, where it starts an escape:
-	// skipping each escape whole keeps "\\u" from being read as "\u".
-	for i := 0; i+1 < len(body); i++ {
-		if body[i] != '\\' {
-			continue
-		}
-		if body[i+1] != 'u' {
-			i++
-			continue
-		}
-		hi, ok := hex4(body[i+2:])
-		switch {
-		case !ok || hi < 0xd800 || hi > 0xdfff:
-		case hi <= 0xdbff && len(body) >= i+12 && body[i+6] == '\\' && body[i+7] == 'u':
-			if lo, ok := hex4(body[i+8:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
-				i += 6 // a pair: one character
-				break
-			}
-			fallthrough
-		default:
-			return fmt.Errorf("the body is not valid UTF-8 text: %s at byte %d is half a UTF-16 surrogate pair, not a character", body[i:i+6], i)
-		}
-		i += 5
-	}
-	return nil
-}
+// checkUTF8 and problem are httpjson's, under the names this package's
+// handlers have always used.
+var checkUTF8 = httpjson.CheckUTF8
 
-// hex4 reads the four hex digits at the start of b.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case 'a' <= c && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		case 'A' <= c && c <= 'F':
-			r = r<<4 | rune(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return r, true
-}
+func problem(w http.ResponseWriter, status int, detail string) { httpjson.Problem(w, status, detail) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
-}
-
-func problem(w http.ResponseWriter, status int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
 }

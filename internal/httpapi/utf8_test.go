@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/httpapi"
 	"github.com/floodgate/floodgate/internal/service"
 )
@@ -35,11 +36,11 @@ func utf8Handler(t *testing.T) http.Handler {
 	}
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	return httpapi.Handler(svc.Rules(), &httpapi.Options{Logger: slog.New(slog.DiscardHandler), Envoy: svc.JSONHandler(slog.New(slog.DiscardHandler))})
 }
 
 // TestInvalidUTF8 sends, on every endpoint that reads a JSON body, a

@@ -1,7 +1,3 @@
-// Package service is the core of floodgate serve: it decides requests
-// against the configured rules over one store, swaps in new rules
-// atomically, and counts what it does. The HTTP and RESP servers are thin
-// layers over it.
 package service
 
 import (
@@ -20,7 +16,6 @@ import (
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/lograte"
 	"github.com/floodgate/floodgate/internal/metrics"
-	"github.com/floodgate/floodgate/internal/scratch"
 )
 
 // The service's own errors; both are the caller's fault.
@@ -34,12 +29,6 @@ var (
 // MaxKeyLen is the longest key a client may send, in bytes. The store
 // keys are longer: they carry the rule's name.
 const MaxKeyLen = 512
-
-// MaxDescriptors is the most descriptors of one Envoy request. Envoy
-// sends one per rate limit action of a route, a handful; a request's
-// descriptors are decided in one script call, which holds Redis while it
-// runs, and every other decision waits for it.
-const MaxDescriptors = 1000
 
 // Decision is the outcome of a check against a rule.
 type Decision struct {
@@ -76,27 +65,17 @@ type Service struct {
 	keyErrors *metrics.CounterVec
 	keyLog    *lograte.Limiter
 
-	// Envoy's rate limit service (envoy.go).
-	atomic     bool               // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
 	load       config.LoadOptions // how Reload reads the rules
-	rlsHeaders bool
-	now        func() time.Time
-	overrides  overrides
-	envoyStats *envoyMetrics
-	// envoyOutcome caches decisions' counters of Envoy's allowed (0) and
-	// denied (1) answers, found on first use: finding one joins its labels.
-	envoyOutcome [2]atomic.Pointer[atomic.Uint64]
-	// checks are Envoy requests' checks, reused: the answer holds nothing
-	// of them.
-	checks scratch.Pool[envoyCheck]
+	prepareExt func(*config.Config) (any, error)
 }
 
 // ruleset is a configuration with its rules prepared on the store once,
 // when the configuration is swapped in.
 type ruleset struct {
-	cfg     *config.Config
-	rules   map[string]*rule
-	domains map[string]*envoyDomain
+	cfg   *config.Config
+	rules map[string]*rule
+	// prepared is what Options.Prepare made of cfg (Envoy's domains).
+	prepared any
 }
 
 // rule is a configured rule, its Limiter, and the prefix of its keys in
@@ -116,8 +95,12 @@ func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
 		}
 		rs.rules[r.Name] = &rule{Rule: r, lim: lim, prefix: ruleKey(r.Name, "")}
 	}
-	if err := s.prepareDomains(cfg, rs); err != nil {
-		return nil, err
+	if s.prepareExt != nil {
+		p, err := s.prepareExt(cfg)
+		if err != nil {
+			return nil, err
+		}
+		rs.prepared = p
 	}
 	return rs, nil
 }
@@ -141,18 +124,14 @@ type Options struct {
 	// reads a directory whose files share a domain as one domain (see
 	// config.LoadOptions). Default: false, such a directory is an error.
 	MergeDomains bool
-	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
-	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, done exactly: an Envoy
-	// request over the limit on any descriptor charges none of them.
-	// Default: false, hits over the limit count, as there.
-	StopIncrementWhenOverLimit bool
-	// RateLimitHeaders adds RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset to Envoy answers, for the descriptor closest to its
-	// limit, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
-	RateLimitHeaders bool
-	// Now is the clock of Envoy answers' DurationUntilReset. Default:
-	// time.Now.
+	// Now is the clock of the key errors' log rate. Default: time.Now.
 	Now func() time.Time
+	// Prepare, when set, makes another surface's state from each
+	// configuration before it is swapped in (package envoy's domains), so
+	// that the rules and that state in use always come from one
+	// configuration, and one it fails on is refused as an invalid rule is.
+	// Prepared returns what it made. Default: none.
+	Prepare func(*config.Config) (any, error)
 }
 
 // New returns a Service over store with the rules cfg. It fails when the
@@ -170,7 +149,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		o.Now = time.Now
 	}
 	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied,
-		atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now, load: config.LoadOptions{MergeDomains: o.MergeDomains}}
+		load: config.LoadOptions{MergeDomains: o.MergeDomains}, prepareExt: o.Prepare}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -184,7 +163,6 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 	s.reloads = m.NewCounterVec("floodgate_config_reloads_total", "Rule file reloads by result (success, failure).", "result")
 	s.keyErrors = m.NewCounterVec("floodgate_key_errors_total", "Calls that failed on their key alone while Redis works, by rule (envoy for Envoy's, CL.THROTTLE) and kind (wrong_type, corrupt, noperm): the key holds data that is not floodgate's, or an ACL refuses it.", "rule", "kind")
 	s.keyLog = lograte.New(time.Second, o.Now)
-	s.envoyStats = newEnvoyMetrics(m)
 	m.NewGaugeFunc("floodgate_config_last_reload_success_timestamp_seconds", "When the rules in use were loaded.", func() float64 { return float64(s.lastOK.Load()) })
 	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.Config().Rules)) })
 	m.NewGaugeFunc("floodgate_fallback_degraded", "1 while the Redis store is failing and decisions follow the fallback policy, else 0.", func() float64 {
@@ -215,6 +193,25 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 
 // Config returns the rules in use.
 func (s *Service) Config() *config.Config { return s.rules.Load().cfg }
+
+// Prepared returns what Options.Prepare made of the rules in use, nil
+// without it.
+func (s *Service) Prepared() any { return s.rules.Load().prepared }
+
+// Store returns the store the service decides on.
+func (s *Service) Store() floodgate.Store { return s.store }
+
+// ObserveStore records d, the time a store call took to decide, in the
+// store latency histogram.
+func (s *Service) ObserveStore(d time.Duration) { s.latency.Observe(d.Seconds()) }
+
+// DecisionCounter returns the counter of rule's decisions with outcome
+// ("allowed", "denied", ...) in floodgate_decisions_total, for a surface
+// that counts its own (Envoy's, as rule "envoy"). Finding it joins its
+// labels, so a caller on a hot path keeps it.
+func (s *Service) DecisionCounter(rule, outcome string) *atomic.Uint64 {
+	return s.decisions.With(rule, outcome)
+}
 
 // Reload loads the rules file at path and swaps it in. When the file is
 // invalid it returns the error, logs it, counts it, and keeps the rules in
@@ -323,7 +320,7 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	res, err := s.take(ctx, r.lim, r.prefix+key, cost)
 	if err != nil {
 		s.decisions.Add(1, rule, "error")
-		s.keyFailed(rule, err)
+		s.KeyFailed(rule, err)
 		return Decision{}, err
 	}
 	d := Decision{Rule: rule, Shadow: r.Shadow, Allowed: res.Allowed || r.Shadow, Result: res, Limit: res.Name, Limits: r.Limits}
@@ -358,7 +355,7 @@ func (s *Service) Peek(ctx context.Context, rule, key string) (Decision, error) 
 	}
 	res, err := r.lim.Peek(ctx, r.prefix+key)
 	if err != nil {
-		s.keyFailed(rule, err)
+		s.KeyFailed(rule, err)
 		return Decision{}, err
 	}
 	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Limit: res.Name}, nil
@@ -405,7 +402,7 @@ func (s *Service) Settle(ctx context.Context, rule, key string, charged, cost in
 	}
 	res, err := r.lim.Settle(ctx, r.prefix+key, charged, cost)
 	if err != nil {
-		s.keyFailed(rule, err)
+		s.KeyFailed(rule, err)
 		return Decision{}, err
 	}
 	return Decision{Rule: rule, Shadow: r.Shadow, Allowed: true, Result: res, Limit: res.Name}, nil
@@ -449,7 +446,7 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 	switch {
 	case err != nil:
 		outcome = "error"
-		s.keyFailed("CL.THROTTLE", err)
+		s.KeyFailed("CL.THROTTLE", err)
 	case !res.Allowed:
 		outcome = "denied"
 	}
@@ -460,11 +457,11 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 	return res, err
 }
 
-// keyFailed counts and logs err, a call's failure under rule, when it is
+// KeyFailed counts and logs err, a call's failure under rule, when it is
 // an error about its key alone (floodgate.ErrKey): Redis works, so the
 // fallback does not hear of it, and an operator must. The log has a line
 // a second at most, since a client may retry such a key without end.
-func (s *Service) keyFailed(rule string, err error) {
+func (s *Service) KeyFailed(rule string, err error) {
 	if !errors.Is(err, floodgate.ErrKey) {
 		return
 	}

@@ -1,4 +1,4 @@
-package service_test
+package envoy_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/redistest"
 	"github.com/floodgate/floodgate/internal/service"
 	"github.com/floodgate/floodgate/redisstore"
@@ -43,7 +44,7 @@ descriptors:
 
 // newEnvoy is a Service over a memory store on a fixed clock, at 10s past
 // a minute, and its Envoy answers' clock at the same instant.
-func newEnvoy(t *testing.T, opts service.Options) *service.Service {
+func newEnvoy(t *testing.T, opts envoy.Options) *envoy.Service {
 	t.Helper()
 	now := storetest.Base.Add(10 * time.Second)
 	clock := storetest.NewClock(now)
@@ -53,9 +54,8 @@ func newEnvoy(t *testing.T, opts service.Options) *service.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Logger = slog.New(slog.DiscardHandler)
 	opts.Now = func() time.Time { return now }
-	svc, err := service.New(st, cfg, &opts)
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,17 +70,17 @@ func rlsDesc(kv ...string) *rlcommon.RateLimitDescriptor {
 	return d
 }
 
-// status is a DescriptorStatus in short: code, limit, remaining, reset
+// descStatus is a DescriptorStatus in short: code, limit, remaining, reset
 // in seconds (-1: none).
-type status struct {
+type descStatus struct {
 	over      bool
 	rpu       uint32 // 0: no CurrentLimit
 	remaining uint32
 	reset     int64
 }
 
-func short(s *rls.RateLimitResponse_DescriptorStatus) status {
-	out := status{over: s.Code == rls.RateLimitResponse_OVER_LIMIT, remaining: s.LimitRemaining, reset: -1}
+func short(s *rls.RateLimitResponse_DescriptorStatus) descStatus {
+	out := descStatus{over: s.Code == rls.RateLimitResponse_OVER_LIMIT, remaining: s.LimitRemaining, reset: -1}
 	if s.CurrentLimit != nil {
 		out.rpu = s.CurrentLimit.RequestsPerUnit
 	}
@@ -98,81 +98,81 @@ func TestShouldRateLimit(t *testing.T) {
 		name   string
 		atomic bool
 		reqs   []*rls.RateLimitRequest
-		want   []status // of the last request
-		over   bool     // its overall code
+		want   []descStatus // of the last request
+		over   bool         // its overall code
 	}{
 		{name: "within", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
-			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}}},
 		{name: "hits over the limit count", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
-			want: []status{{over: true, rpu: 2, reset: minuteLeft}}, over: true},
+			want: []descStatus{{over: true, rpu: 2, reset: minuteLeft}}, over: true},
 		{name: "no limit applies", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("nope", "a"), rlsDesc("ip", "a", "deeper", "b")}}},
-			want: []status{{reset: -1}, {reset: -1}}},
+			want: []descStatus{{reset: -1}, {reset: -1}}},
 		{name: "unknown domain", reqs: []*rls.RateLimitRequest{{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
-			want: []status{{reset: -1}}},
+			want: []descStatus{{reset: -1}}},
 		{name: "unlimited", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("free", "a")}}},
-			want: []status{{remaining: math.MaxUint32, reset: -1}}},
+			want: []descStatus{{remaining: math.MaxUint32, reset: -1}}},
 		{name: "zero requests per unit", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("blocked", "a")}}},
-			want: []status{{over: true, rpu: 0, reset: hourLeft}}, over: true},
+			want: []descStatus{{over: true, rpu: 0, reset: hourLeft}}, over: true},
 		{name: "floodgate's token bucket", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("bucket", "a")}}},
-			want: []status{{rpu: 1, remaining: 2, reset: 1}}},
+			want: []descStatus{{rpu: 1, remaining: 2, reset: 1}}},
 		// quota_mode as envoyproxy/ratelimit answers it since March 2026:
 		// the request is over when every quota of it is.
 		{name: "quota mode: over when every quota is", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}}},
-			want: []status{{over: true, rpu: 1, reset: minuteLeft}}, over: true},
+			want: []descStatus{{over: true, rpu: 1, reset: minuteLeft}}, over: true},
 		{name: "quota mode: passes while a quota has room", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a"), rlsDesc("quota", "b")}}},
-			want: []status{{over: true, rpu: 1, reset: minuteLeft}, {rpu: 1, remaining: 0, reset: minuteLeft}}},
+			want: []descStatus{{over: true, rpu: 1, reset: minuteLeft}, {rpu: 1, remaining: 0, reset: minuteLeft}}},
 		{name: "quota mode: every quota over, the other limit within", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a"), rlsDesc("quota", "a")}}},
-			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}, {over: true, rpu: 1, reset: minuteLeft}}, over: true},
+			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}, {over: true, rpu: 1, reset: minuteLeft}}, over: true},
 		{name: "shadow mode", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}}},
-			want: []status{{rpu: 1, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 1, reset: minuteLeft}}},
 		{name: "descriptor hits_addend wins", reqs: []*rls.RateLimitRequest{{Domain: "web", HitsAddend: 2,
 			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, HitsAddend: wrapperspb.UInt64(1)}, rlsDesc("ip", "b")}}},
-			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}}},
 		{name: "one counter twice, in order", reqs: []*rls.RateLimitRequest{{Domain: "web",
 			Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a"), rlsDesc("ip", "a"), rlsDesc("bucket", "a")}}},
-			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}, {rpu: 1, remaining: 2, reset: 1}}},
+			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}, {rpu: 1, remaining: 2, reset: 1}}},
 		{name: "the descriptor's own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
 			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
-			want: []status{{rpu: 10, remaining: 9, reset: hourLeft}}},
+			want: []descStatus{{rpu: 10, remaining: 9, reset: hourLeft}}},
 		// Descriptors longer than a store key (floodgate.MaxKeyLen) are
 		// counted like any other, apart from each other: a request must
 		// not get past its limit by making its decision fail.
 		{name: "a long value, twice", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}}},
-			want: []status{{rpu: 2, remaining: 0, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 2, remaining: 0, reset: minuteLeft}}},
 		{name: "two long values", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"b")}}},
-			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}}},
 		{name: "a long key with its own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
 			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc(long, "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
-			want: []status{{rpu: 10, remaining: 9, reset: hourLeft}}},
+			want: []descStatus{{rpu: 10, remaining: 9, reset: hourLeft}}},
 		{name: "atomic: over on one, none charged", atomic: true, reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b"), rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b")}}},
-			want: []status{{rpu: 2, remaining: 1, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}}},
 		{name: "default: over on one, the others charged", reqs: []*rls.RateLimitRequest{
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b"), rlsDesc("ip", "a")}},
 			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b")}}},
-			want: []status{{rpu: 2, remaining: 0, reset: minuteLeft}}},
+			want: []descStatus{{rpu: 2, remaining: 0, reset: minuteLeft}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			svc := newEnvoy(t, service.Options{StopIncrementWhenOverLimit: tc.atomic})
+			svc := newEnvoy(t, envoy.Options{StopIncrementWhenOverLimit: tc.atomic})
 			var resp *rls.RateLimitResponse
 			for _, req := range tc.reqs {
 				var err error
@@ -196,7 +196,7 @@ func TestShouldRateLimit(t *testing.T) {
 }
 
 func TestShouldRateLimitHeaders(t *testing.T) {
-	svc := newEnvoy(t, service.Options{RateLimitHeaders: true})
+	svc := newEnvoy(t, envoy.Options{RateLimitHeaders: true})
 	resp, err := svc.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "web",
 		Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("free", "x"), rlsDesc("ip", "a"), rlsDesc("nope", "x")}})
 	if err != nil {
@@ -213,14 +213,14 @@ func TestShouldRateLimitHeaders(t *testing.T) {
 }
 
 func TestShouldRateLimitBadInput(t *testing.T) {
-	svc := newEnvoy(t, service.Options{})
+	svc := newEnvoy(t, envoy.Options{})
 	for _, tc := range []struct {
 		req  *rls.RateLimitRequest
 		want string
 	}{
 		{&rls.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}, "rate limit domain must not be empty"},
 		{&rls.RateLimitRequest{Domain: "web"}, "rate limit descriptor list must not be empty"},
-		{&rls.RateLimitRequest{Domain: "web", Descriptors: make([]*rlcommon.RateLimitDescriptor, service.MaxDescriptors+1)}, "holds 1001 descriptors, more than the maximum 1000"},
+		{&rls.RateLimitRequest{Domain: "web", Descriptors: make([]*rlcommon.RateLimitDescriptor, envoy.MaxDescriptors+1)}, "holds 1001 descriptors, more than the maximum 1000"},
 		{&rls.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, "no valid unit"},
 	} {
 		_, err := svc.ShouldRateLimit(context.Background(), tc.req)
@@ -251,7 +251,7 @@ descriptors:
 		if err != nil {
 			t.Fatal(err)
 		}
-		svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler), StopIncrementWhenOverLimit: atomic})
+		svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &envoy.Options{StopIncrementWhenOverLimit: atomic})
 		if err != nil {
 			t.Fatal(err)
 		}

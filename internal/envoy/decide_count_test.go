@@ -1,4 +1,4 @@
-package service_test
+package envoy_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/envoy"
 	"github.com/floodgate/floodgate/internal/service"
 	"github.com/floodgate/floodgate/storetest"
 )
@@ -51,7 +52,7 @@ descriptors:
 		clock := storetest.NewClock(storetest.Base)
 		st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 		defer st.Close()
-		svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now})
+		svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &envoy.Options{Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,10 +84,10 @@ descriptors:
 
 // envoyCounters reads the ratelimit_service_rate_limit_* counters of a
 // domain of one descriptor from /metrics, by their last name part.
-func envoyCounters(t *testing.T, svc *service.Service) map[string]uint64 {
+func envoyCounters(t *testing.T, svc *envoy.Service) map[string]uint64 {
 	t.Helper()
 	var m strings.Builder
-	svc.Metrics.Write(&m)
+	svc.Rules().Metrics.Write(&m)
 	out := map[string]uint64{}
 	for _, line := range strings.Split(m.String(), "\n") {
 		name, rest, ok := strings.Cut(line, "{")

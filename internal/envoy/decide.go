@@ -1,4 +1,4 @@
-package service
+package envoy
 
 import (
 	"context"
@@ -15,18 +15,92 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/metrics"
+	"github.com/floodgate/floodgate/internal/scratch"
+	"github.com/floodgate/floodgate/internal/service"
 )
 
 // This file is Envoy's rate limit service (RLS v3) over the
 // envoyproxy/ratelimit domains of the configuration: the decisions and
 // the answer, field by field as envoyproxy/ratelimit gives them. The gRPC
 // and /json servers are thin layers over ShouldRateLimit.
+
+// MaxDescriptors is the most descriptors of one Envoy request. Envoy
+// sends one per rate limit action of a route, a handful; a request's
+// descriptors are decided in one script call, which holds Redis while it
+// runs, and every other decision waits for it.
+const MaxDescriptors = 1000
+
+// Options configures Envoy's decisions. The zero value (or nil) gives the
+// defaults.
+type Options struct {
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, done exactly: an Envoy
+	// request over the limit on any descriptor charges none of them.
+	// Default: false, hits over the limit count, as there.
+	StopIncrementWhenOverLimit bool
+	// RateLimitHeaders adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset to Envoy answers, for the descriptor closest to its
+	// limit, as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
+	RateLimitHeaders bool
+	// Now is the clock of Envoy answers' DurationUntilReset. Default:
+	// time.Now.
+	Now func() time.Time
+}
+
+// Service decides Envoy's requests against the domains of the rules in
+// use of a service.Service, on its store, counted in its metrics. It is
+// safe for concurrent use.
+type Service struct {
+	svc        *service.Service
+	store      floodgate.Store
+	atomic     bool // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+	rlsHeaders bool
+	now        func() time.Time
+	overrides  overrides
+	envoyStats *envoyMetrics
+	// envoyOutcome caches decisions' counters of Envoy's allowed (0) and
+	// denied (1) answers, found on first use: finding one joins its labels.
+	envoyOutcome [2]atomic.Pointer[atomic.Uint64]
+	// checks are Envoy requests' checks, reused: the answer holds nothing
+	// of them.
+	checks scratch.Pool[envoyCheck]
+}
+
+// New returns the service.Service over store with the rules cfg and
+// sopts (whose Prepare it sets), and Envoy's decisions over it. Both
+// serve the same configuration: a reload of the rules prepares the
+// domains too, and is refused when they cannot be prepared.
+func New(store floodgate.Store, cfg *config.Config, sopts *service.Options, opts *Options) (*Service, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var so service.Options
+	if sopts != nil {
+		so = *sopts
+	}
+	s := &Service{store: store, atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now}
+	so.Prepare = func(cfg *config.Config) (any, error) { return s.prepareDomains(cfg) }
+	svc, err := service.New(store, cfg, &so)
+	if err != nil {
+		return nil, err
+	}
+	s.svc = svc
+	s.envoyStats = newEnvoyMetrics(svc.Metrics)
+	return s, nil
+}
+
+// Rules returns the service.Service whose rules and store s decides with.
+func (s *Service) Rules() *service.Service { return s.svc }
 
 // envoyDomain is a domain with a Limiter per limit, made when the
 // configuration is swapped in.
@@ -35,8 +109,11 @@ type envoyDomain struct {
 	lims map[*config.EnvoyLimit]*floodgate.Limiter
 }
 
-func (s *Service) prepareDomains(cfg *config.Config, rs *ruleset) error {
-	rs.domains = make(map[string]*envoyDomain, len(cfg.Domains))
+// domains are a configuration's domains by name, each prepared.
+type domains map[string]*envoyDomain
+
+func (s *Service) prepareDomains(cfg *config.Config) (domains, error) {
+	doms := make(domains, len(cfg.Domains))
 	for name, d := range cfg.Domains {
 		ed := &envoyDomain{cfg: d, lims: map[*config.EnvoyLimit]*floodgate.Limiter{}}
 		var walk func(n *config.Descriptor) error
@@ -56,11 +133,11 @@ func (s *Service) prepareDomains(cfg *config.Config, rs *ruleset) error {
 			return nil
 		}
 		if err := walk(&d.Root); err != nil {
-			return err
+			return nil, err
 		}
-		rs.domains[name] = ed
+		doms[name] = ed
 	}
-	return nil
+	return doms, nil
 }
 
 // envoyLimit is the floodgate limit that decides l. A counting window is
@@ -95,21 +172,21 @@ type envoyCheck struct {
 // ShouldRateLimit is RLS v3's RateLimitService.ShouldRateLimit. It decides
 // each descriptor of req against the domain's limits (or the limit the
 // descriptor carries) and answers as envoyproxy/ratelimit does; see
-// docs/envoy.md for the differences. Its errors wrap ErrBadRequest (an empty
+// docs/envoy.md for the differences. Its errors wrap service.ErrBadRequest (an empty
 // domain, no descriptors, a descriptor limit with no unit) or are the
 // store's.
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
-		return nil, fmt.Errorf("%w: rate limit domain must not be empty", ErrBadRequest)
+		return nil, fmt.Errorf("%w: rate limit domain must not be empty", service.ErrBadRequest)
 	}
 	if len(req.GetDescriptors()) == 0 {
-		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrBadRequest)
+		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", service.ErrBadRequest)
 	}
 	if n := len(req.Descriptors); n > MaxDescriptors {
-		return nil, fmt.Errorf("%w: rate limit descriptor list holds %d descriptors, more than the maximum %d", ErrBadRequest, n, MaxDescriptors)
+		return nil, fmt.Errorf("%w: rate limit descriptor list holds %d descriptors, more than the maximum %d", service.ErrBadRequest, n, MaxDescriptors)
 	}
-	rs := s.rules.Load()
-	dom := rs.domains[req.Domain]
+	doms, _ := s.svc.Prepared().(domains)
+	dom := doms[req.Domain]
 	cp := s.checks.Get(len(req.Descriptors))
 	defer s.checks.Put(cp)
 	checks := *cp
@@ -203,9 +280,9 @@ func (s *Service) decideEnvoy(ctx context.Context, checks []envoyCheck) error {
 	if len(reqs) > 0 {
 		start := time.Now()
 		err := floodgate.AllowGroup(ctx, reqs, s.atomic)
-		s.latency.Observe(time.Since(start).Seconds())
+		s.svc.ObserveStore(time.Since(start))
 		if err != nil {
-			s.keyFailed("envoy", err)
+			s.svc.KeyFailed("envoy", err)
 			return err
 		}
 	}
@@ -253,18 +330,18 @@ func decided(c *envoyCheck, r *floodgate.Request) {
 // limit is OVER_LIMIT in its status, and makes the overall code
 // OVER_LIMIT only when every quota_mode descriptor of the request is over
 // its limit: the request may pass while any quota has room.
-func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
-	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(checks))}
+func (s *Service) envoyResponse(checks []envoyCheck) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 	quotas, quotasOver := 0, 0
 	// The statuses' messages, allocated together rather than one by one.
 	parts := make([]statusParts, len(checks))
 	now := s.now()
-	var minimum *rls.RateLimitResponse_DescriptorStatus
+	var minimum *rlsv3.RateLimitResponse_DescriptorStatus
 	minRemaining := uint32(math.MaxUint32)
 	for i := range checks {
 		c := &checks[i]
 		st := &parts[i].status
-		st.Code = rls.RateLimitResponse_OK
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if c.unlimited {
 			st.LimitRemaining = math.MaxUint32
@@ -274,7 +351,7 @@ func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
 			continue
 		}
 		lim, reset := &parts[i].limit, &parts[i].reset
-		lim.Name, lim.RequestsPerUnit, lim.Unit = c.limit.Name, c.limit.RequestsPerUnit, rls.RateLimitResponse_RateLimit_Unit(c.limit.Unit)
+		lim.Name, lim.RequestsPerUnit, lim.Unit = c.limit.Name, c.limit.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(c.limit.Unit)
 		d := s.untilReset(c, now)
 		reset.Seconds, reset.Nanos = int64(d/time.Second), int32(d%time.Second)
 		st.CurrentLimit, st.DurationUntilReset = lim, reset
@@ -289,23 +366,23 @@ func (s *Service) envoyResponse(checks []envoyCheck) *rls.RateLimitResponse {
 		case c.over && c.shadow:
 			// shadow_mode: counted, never denies.
 		case c.over && c.quota:
-			st.Code = rls.RateLimitResponse_OVER_LIMIT
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			quotasOver++
 		case c.over:
-			st.Code = rls.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
 			minimum, minRemaining = st, st.LimitRemaining
 		}
-		if st.Code == rls.RateLimitResponse_OVER_LIMIT && !c.quota {
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && !c.quota {
 			minimum, minRemaining = st, 0
 		}
 	}
 	if quotas > 0 && quotasOver == quotas {
-		resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	s.countEnvoy(resp.OverallCode == rls.RateLimitResponse_OK)
+	s.countEnvoy(resp.OverallCode == rlsv3.RateLimitResponse_OK)
 	if s.rlsHeaders && minimum != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(minimum.CurrentLimit.RequestsPerUnit), 10)},
@@ -324,7 +401,7 @@ func (s *Service) countEnvoy(allowed bool) {
 	}
 	c := s.envoyOutcome[i].Load()
 	if c == nil {
-		c = s.decisions.With("envoy", outcome)
+		c = s.svc.DecisionCounter("envoy", outcome)
 		s.envoyOutcome[i].Store(c)
 	}
 	c.Add(1)
@@ -332,8 +409,8 @@ func (s *Service) countEnvoy(allowed bool) {
 
 // statusParts is the messages of one descriptor's status in an answer.
 type statusParts struct {
-	status rls.RateLimitResponse_DescriptorStatus
-	limit  rls.RateLimitResponse_RateLimit
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
 }
 
@@ -389,7 +466,7 @@ func (s *Service) count(c *envoyCheck) {
 
 // hitsAddend is a descriptor's cost: its own hits_addend when set (0
 // then peeks), else the request's, where 0 means 1.
-func hitsAddend(req *rls.RateLimitRequest, d *rlcommon.RateLimitDescriptor) int64 {
+func hitsAddend(req *rlsv3.RateLimitRequest, d *rlcommon.RateLimitDescriptor) int64 {
 	h := uint64(max(req.GetHitsAddend(), 1))
 	if v := d.GetHitsAddend(); v != nil {
 		h = v.GetValue()
@@ -479,7 +556,7 @@ const maxOverrides = 1024
 func (o *overrides) get(store floodgate.Store, limit func(*config.EnvoyLimit) floodgate.Limit, ov *rlcommon.RateLimitDescriptor_RateLimitOverride) (*config.EnvoyLimit, *floodgate.Limiter, error) {
 	k := overrideKey{ov.GetRequestsPerUnit(), config.Unit(ov.GetUnit())}
 	if k.unit.Seconds() == 0 {
-		return nil, nil, fmt.Errorf("%w: the descriptor's limit has no valid unit (%d)", ErrBadRequest, ov.GetUnit())
+		return nil, nil, fmt.Errorf("%w: the descriptor's limit has no valid unit (%d)", service.ErrBadRequest, ov.GetUnit())
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
