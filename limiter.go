@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/scratch"
+	"github.com/floodgate/floodgate/internal/lib/slicepool"
 )
 
 // Limiter applies a fixed set of limits to keys, over a Store.
@@ -24,7 +24,7 @@ type Limiter struct {
 	clock  Clock
 	// groups holds AllowGroup's requests to the store, for groups whose
 	// first request is this Limiter's.
-	groups scratch.Pool[core.Request]
+	groups slicepool.Pool[core.Request]
 }
 
 // Options configures a Limiter. The zero value (or nil) gives the

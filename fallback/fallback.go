@@ -40,8 +40,8 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/lograte"
-	"github.com/floodgate/floodgate/internal/scratch"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
+	"github.com/floodgate/floodgate/internal/lib/slicepool"
 )
 
 // Mode is what a Store answers while its primary store is failing.
@@ -187,8 +187,8 @@ type Store struct {
 	// TakeGroup's per-request policies and requests to the primary (or
 	// the local store), reused: neither store keeps the requests it is
 	// given once its TakeGroup returns.
-	groupPols scratch.Pool[*policy]
-	groupReqs scratch.Pool[core.Request]
+	groupPols slicepool.Pool[*policy]
+	groupReqs slicepool.Pool[core.Request]
 	primary   floodgate.Store
 	local     floodgate.Store
 	ownLocal  bool

@@ -28,8 +28,8 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/clientip"
-	"github.com/floodgate/floodgate/internal/headers"
+	"github.com/floodgate/floodgate/internal/lib/clientip"
+	"github.com/floodgate/floodgate/internal/lib/headers"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

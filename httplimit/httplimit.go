@@ -26,7 +26,7 @@ import (
 	"strconv"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/headers"
+	"github.com/floodgate/floodgate/internal/lib/headers"
 )
 
 // Options configures a Middleware. The zero value (or nil) gives the

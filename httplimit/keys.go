@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 
-	"github.com/floodgate/floodgate/internal/clientip"
+	"github.com/floodgate/floodgate/internal/lib/clientip"
 )
 
 // KeyFunc returns the rate limit key of a request. An error makes the

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

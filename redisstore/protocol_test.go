@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
 
 // luaOwn are the Lua constants that are Lua's alone, with why: no Go code

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/httpapi"
-	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/internal/server/config"
+	"github.com/floodgate/floodgate/internal/server/httpapi"
+	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/redisstore"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"

@@ -18,10 +18,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/envoy"
-	"github.com/floodgate/floodgate/internal/httpapi"
-	"github.com/floodgate/floodgate/internal/service"
+	"github.com/floodgate/floodgate/internal/server/config"
+	"github.com/floodgate/floodgate/internal/server/envoy"
+	"github.com/floodgate/floodgate/internal/server/httpapi"
+	"github.com/floodgate/floodgate/internal/server/service"
 )
 
 func checkCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {

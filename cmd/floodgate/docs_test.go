@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
 
 // TestDocs runs every shell command of README.md and docs/*.md and checks

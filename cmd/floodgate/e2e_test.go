@@ -28,9 +28,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/internal/nettest"
-	"github.com/floodgate/floodgate/internal/redistest"
-	"github.com/floodgate/floodgate/internal/tlstest"
+	"github.com/floodgate/floodgate/internal/testkit/nettest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 	"github.com/redis/go-redis/v9"
 )
 

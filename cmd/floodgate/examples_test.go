@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/server/config"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

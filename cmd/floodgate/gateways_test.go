@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
 
 // The gateway tests put real nginx and Caddy, configured by the files in

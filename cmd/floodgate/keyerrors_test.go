@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
 
 // A key whose Redis key holds foreign data fails only its own checks (an

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/redis/go-redis/v9"
 )
 

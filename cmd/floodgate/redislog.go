@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/lograte"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 )
 
 // redisLogger takes go-redis's log lines (a failed dial, several a second

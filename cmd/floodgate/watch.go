@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/server/config"
 )
 
 // fileState is what the watcher compares of one rules file.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/server/config"
 )
 
 // TestScanDirectory: a rules directory's snapshot changes when a file

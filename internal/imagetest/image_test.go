@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
 
 // maxImageBytes bounds the image's files: a static binary, CA certificates

@@ -50,8 +50,8 @@ import (
 
 	"github.com/floodgate/floodgate/bench/internal/flags"
 	"github.com/floodgate/floodgate/bench/internal/procs"
-	"github.com/floodgate/floodgate/internal/gcfloor"
-	"github.com/floodgate/floodgate/internal/peertest"
+	"github.com/floodgate/floodgate/internal/lib/gcfloor"
+	"github.com/floodgate/floodgate/internal/testkit/peertest"
 )
 
 // domain is the configuration both services load: three descriptors, each
