@@ -852,35 +852,22 @@ func TestFunctionFlushUnderLoad(t *testing.T) {
 	lim := limiter(t, st, limits...)
 	const workers, tries, keys = 16, 50, 8
 	var admitted [keys]atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*tries)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range tries {
-				if w == 0 && i%5 == 0 {
-					if err := client.FunctionFlush(ctx).Err(); err != nil {
-						errs <- err
-					}
-				}
-				k := (w + i) % keys
-				r, err := lim.AllowN(ctx, "k"+strconv.Itoa(k), 1)
-				if err != nil {
-					errs <- err
-					continue
-				}
-				if r.Allowed {
-					admitted[k].Add(1)
-				}
+	hammer(t, workers, tries, func(w, i int) error {
+		if w == 0 && i%5 == 0 {
+			if err := client.FunctionFlush(ctx).Err(); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+		}
+		k := (w + i) % keys
+		r, err := lim.AllowN(ctx, "k"+strconv.Itoa(k), 1)
+		if err != nil {
+			return err
+		}
+		if r.Allowed {
+			admitted[k].Add(1)
+		}
+		return nil
+	})
 	for k := range admitted {
 		if n := admitted[k].Load(); n != 20 {
 			t.Errorf("key %d admitted %d, want 20", k, n)
@@ -1023,30 +1010,17 @@ func TestBatching(t *testing.T) {
 				lims[i] = limiter(t, st, limits[i]...)
 			}
 			var admitted [keys]atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range tries {
-						k := (w*tries + i) % keys
-						r, err := lims[k%len(limits)].Allow(context.Background(), fmt.Sprintf("k%d", k))
-						if err != nil {
-							errs <- err
-							return
-						}
-						if r.Allowed {
-							admitted[k].Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			hammer(t, workers, tries, func(w, i int) error {
+				k := (w*tries + i) % keys
+				r, err := lims[k%len(limits)].Allow(context.Background(), fmt.Sprintf("k%d", k))
+				if err != nil {
+					return err
+				}
+				if r.Allowed {
+					admitted[k].Add(1)
+				}
+				return nil
+			})
 			for k := range admitted {
 				if got := admitted[k].Load(); got != 7 {
 					t.Errorf("key %d (%v): admitted %d, want 7", k, limits[k%len(limits)], got)
@@ -1070,47 +1044,34 @@ func TestBatchCallersLeave(t *testing.T) {
 	st := newStore(t, client, &redisstore.Options{Prefix: "cl:", MaxInflight: 1})
 	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 1000))
 	const workers, tries = 32, 60
-	var wg sync.WaitGroup
 	var answered, left, closed atomic.Int64
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range tries {
-				ctx, cancel := context.WithCancel(context.Background())
-				switch {
-				case i < 10 || (w+i)%4 == 0:
-					// Gone before it is sent, or while it waits; at first
-					// every caller, so that whole batches have none.
-					cancel()
-				case (w+i)%4 == 1:
-					go cancel() // gone at some point while it waits
-				}
-				if w == 0 && i == tries/2 {
-					st.Close()
-				}
-				_, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%7))
-				cancel()
-				switch {
-				case err == nil:
-					answered.Add(1)
-				case errors.Is(err, context.Canceled):
-					left.Add(1)
-				case errors.Is(err, floodgate.ErrClosed):
-					closed.Add(1)
-				default:
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	hammer(t, workers, tries, func(w, i int) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		switch {
+		case i < 10 || (w+i)%4 == 0:
+			// Gone before it is sent, or while it waits; at first
+			// every caller, so that whole batches have none.
+			cancel()
+		case (w+i)%4 == 1:
+			go cancel() // gone at some point while it waits
+		}
+		if w == 0 && i == tries/2 {
+			st.Close()
+		}
+		_, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%7))
+		cancel()
+		switch {
+		case err == nil:
+			answered.Add(1)
+		case errors.Is(err, context.Canceled):
+			left.Add(1)
+		case errors.Is(err, floodgate.ErrClosed):
+			closed.Add(1)
+		default:
+			return err
+		}
+		return nil
+	})
 	if answered.Load() == 0 || closed.Load() == 0 {
 		t.Errorf("%d answered, %d left, %d closed: want some answered before Close and some closed after", answered.Load(), left.Load(), closed.Load())
 	}
@@ -1128,53 +1089,42 @@ func TestBatchReusedCalls(t *testing.T) {
 	st := newStore(t, client, &redisstore.Options{Prefix: "re:"})
 	const quota, workers, tries = 1_000_000, 16, 80
 	lim := limiter(t, st, floodgate.TokenBucket(1, time.Minute, quota))
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cost, last := int64(w+1), int64(quota)
-			for i := range tries {
-				ctx, cancel := context.WithCancel(context.Background())
-				if i%3 == 0 {
-					go cancel() // gone at some point while it waits
-				}
-				var r floodgate.Result
-				var err error
-				other := floodgate.Result{Allowed: true, Remaining: quota}
-				if i%2 == 0 {
-					r, err = lim.AllowN(ctx, fmt.Sprintf("w%d", w), cost)
-				} else {
-					// A group's calls are reused too: its other member's
-					// answer is checked alike.
-					g := []floodgate.Request{{Limiter: lim, Key: fmt.Sprintf("w%d", w), N: cost}, {Limiter: lim, Key: fmt.Sprintf("g%d", w), N: cost}}
-					err = floodgate.AllowGroup(ctx, g, true)
-					r, other = g[0].Result, g[1].Result
-				}
-				cancel()
-				switch {
-				case errors.Is(err, context.Canceled):
-					continue
-				case err != nil:
-					errs <- err
-					return
-				case !r.Allowed || (quota-r.Remaining)%cost != 0 || r.Remaining >= last:
-					errs <- fmt.Errorf("worker %d (cost %d), try %d: %+v after remaining %d", w, cost, i, r, last)
-					return
-				case !other.Allowed || (quota-other.Remaining)%cost != 0:
-					errs <- fmt.Errorf("worker %d (cost %d), try %d: the group's other member %+v", w, cost, i, other)
-					return
-				}
-				last = r.Remaining
-			}
-		}()
+	var last [workers]int64 // each worker's remaining after its last answer
+	for w := range last {
+		last[w] = quota
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	hammer(t, workers, tries, func(w, i int) error {
+		cost := int64(w + 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		if i%3 == 0 {
+			go cancel() // gone at some point while it waits
+		}
+		var r floodgate.Result
+		var err error
+		other := floodgate.Result{Allowed: true, Remaining: quota}
+		if i%2 == 0 {
+			r, err = lim.AllowN(ctx, fmt.Sprintf("w%d", w), cost)
+		} else {
+			// A group's calls are reused too: its other member's
+			// answer is checked alike.
+			g := []floodgate.Request{{Limiter: lim, Key: fmt.Sprintf("w%d", w), N: cost}, {Limiter: lim, Key: fmt.Sprintf("g%d", w), N: cost}}
+			err = floodgate.AllowGroup(ctx, g, true)
+			r, other = g[0].Result, g[1].Result
+		}
+		cancel()
+		switch {
+		case errors.Is(err, context.Canceled):
+			return nil
+		case err != nil:
+			return err
+		case !r.Allowed || (quota-r.Remaining)%cost != 0 || r.Remaining >= last[w]:
+			return fmt.Errorf("worker %d (cost %d), try %d: %+v after remaining %d", w, cost, i, r, last[w])
+		case !other.Allowed || (quota-other.Remaining)%cost != 0:
+			return fmt.Errorf("worker %d (cost %d), try %d: the group's other member %+v", w, cost, i, other)
+		}
+		last[w] = r.Remaining
+		return nil
+	})
 }
 
 // A key holding foreign data fails its own decisions, never the others
@@ -1189,32 +1139,25 @@ func TestBatchIsolatesErrors(t *testing.T) {
 	if err := client.Set(context.Background(), "iso:{bad}:0b", "not floodgate", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
 	var bad, good, goodErr atomic.Int64
-	for w := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20 {
-				key := fmt.Sprintf("good%d", w)
-				if (w+i)%4 == 0 {
-					key = "bad"
-				}
-				_, err := lim.AllowN(context.Background(), key, 1)
-				switch {
-				case key == "bad" && errors.Is(err, floodgate.ErrStore):
-					bad.Add(1)
-				case key == "bad":
-					t.Errorf("bad key: err = %v", err)
-				case err != nil:
-					goodErr.Add(1)
-				default:
-					good.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	hammer(t, 32, 20, func(w, i int) error {
+		key := fmt.Sprintf("good%d", w)
+		if (w+i)%4 == 0 {
+			key = "bad"
+		}
+		_, err := lim.AllowN(context.Background(), key, 1)
+		switch {
+		case key == "bad" && errors.Is(err, floodgate.ErrStore):
+			bad.Add(1)
+		case key == "bad":
+			return fmt.Errorf("bad key: err = %v", err)
+		case err != nil:
+			goodErr.Add(1)
+		default:
+			good.Add(1)
+		}
+		return nil
+	})
 	if goodErr.Load() != 0 || bad.Load() != 160 || good.Load() != 480 {
 		t.Errorf("bad %d (want 160 errors), good %d (want 480), good with errors %d", bad.Load(), good.Load(), goodErr.Load())
 	}
