@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/nettest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/internal/testkit/tlstest"
@@ -652,7 +652,7 @@ func TestDenialCacheServe(t *testing.T) {
 	}
 	defer conn.Close()
 	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}}}}}
+	req := envoytest.Request("edge", envoytest.Descriptor("user", "alice"))
 	var codes []rlsv3.RateLimitResponse_Code
 	for range 3 {
 		resp, err := c.ShouldRateLimit(ctx, req)
@@ -793,8 +793,7 @@ func TestTLS(t *testing.T) {
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), md...), 5*time.Second)
 		defer cancel()
-		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d",
-			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, envoytest.Request("d", envoytest.Descriptor("k", "v")))
 		return err
 	}
 	if err := rlsCall(true, "authorization", "Bearer s3cret"); err != nil {
@@ -871,7 +870,7 @@ func TestEnvoyService(t *testing.T) {
 	}
 	defer conn.Close()
 	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.7"}}}}}
+	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
 	ask := func() *rlsv3.RateLimitResponse_DescriptorStatus {
 		resp, err := c.ShouldRateLimit(context.Background(), req)
 		if err != nil {
@@ -986,8 +985,7 @@ descriptors:
 		{"tenant", "t1prod", 22},
 		{"tenant", "t1dev", 0},
 	} {
-		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
-			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: tc.key, Value: tc.value}}}}})
+		resp, err := c.ShouldRateLimit(context.Background(), envoytest.Request("edge", envoytest.Descriptor(tc.key, tc.value)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
@@ -142,7 +142,7 @@ func startLegit(t *testing.T, addr, token string) *legitClient {
 	t.Cleanup(func() { conn.Close() })
 	l := &legitClient{conn: conn, stop: make(chan struct{}), done: make(chan struct{})}
 	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.7"}}}}}
+	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
 	call := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -431,7 +431,7 @@ func TestGRPCNeverReads(t *testing.T) {
 	fr := http2.NewFramer(w, nil)
 	var hbuf bytes.Buffer
 	enc := hpack.NewEncoder(&hbuf)
-	msg, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "198.51.100.1"}}}}})
+	msg, err := proto.Marshal(envoytest.Request("edge", envoytest.Descriptor("remote_address", "198.51.100.1")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 )
@@ -35,7 +36,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		req := &rls.RateLimitRequest{Domain: "web"}
 		for i := range n {
-			req.Descriptors = append(req.Descriptors, rlsDesc("ip", string(rune('a'+i))))
+			req.Descriptors = append(req.Descriptors, envoytest.Descriptor("ip", string(rune('a'+i))))
 		}
 		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
@@ -77,7 +78,7 @@ descriptors:
 	for i := range reqs {
 		ip := fmt.Sprint(i)
 		reqs[i] = &rls.RateLimitRequest{Domain: "bench", Descriptors: []*rlcommon.RateLimitDescriptor{
-			rlsDesc("remote_address", ip), rlsDesc("user", "u"+ip), rlsDesc("path", "/p")}}
+			envoytest.Descriptor("remote_address", ip), envoytest.Descriptor("user", "u"+ip), envoytest.Descriptor("path", "/p")}}
 	}
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/storetest"
 )
 
@@ -59,7 +60,7 @@ descriptors:
 		total, denials := uint64(0), uint64(0)
 		for _, b := range steps {
 			clock.Advance(time.Duration(b>>3) * 100 * time.Millisecond)
-			d := rlsDesc("k", "v")
+			d := envoytest.Descriptor("k", "v")
 			d.HitsAddend = wrapperspb.UInt64(uint64(b & 7))
 			resp, err := svc.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "f", Descriptors: []*rlcommon.RateLimitDescriptor{d}})
 			if err != nil {

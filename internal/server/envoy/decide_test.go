@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
@@ -62,14 +63,6 @@ func newEnvoy(t *testing.T, opts envoy.Options) *envoy.Service {
 	return svc
 }
 
-func rlsDesc(kv ...string) *rlcommon.RateLimitDescriptor {
-	d := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
-}
-
 // descStatus is a DescriptorStatus in short: code, limit, remaining, reset
 // in seconds (-1: none).
 type descStatus struct {
@@ -101,74 +94,74 @@ func TestShouldRateLimit(t *testing.T) {
 		want   []descStatus // of the last request
 		over   bool         // its overall code
 	}{
-		{name: "within", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
+		{name: "within", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}}},
 			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}}},
 		{name: "hits over the limit count", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
+			{Domain: "web", HitsAddend: 3, Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}}},
 			want: []descStatus{{over: true, rpu: 2, reset: minuteLeft}}, over: true},
-		{name: "no limit applies", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("nope", "a"), rlsDesc("ip", "a", "deeper", "b")}}},
+		{name: "no limit applies", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("nope", "a"), envoytest.Descriptor("ip", "a", "deeper", "b")}}},
 			want: []descStatus{{reset: -1}, {reset: -1}}},
-		{name: "unknown domain", reqs: []*rls.RateLimitRequest{{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}},
+		{name: "unknown domain", reqs: []*rls.RateLimitRequest{{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}}},
 			want: []descStatus{{reset: -1}}},
-		{name: "unlimited", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("free", "a")}}},
+		{name: "unlimited", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("free", "a")}}},
 			want: []descStatus{{remaining: math.MaxUint32, reset: -1}}},
-		{name: "zero requests per unit", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("blocked", "a")}}},
+		{name: "zero requests per unit", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("blocked", "a")}}},
 			want: []descStatus{{over: true, rpu: 0, reset: hourLeft}}, over: true},
-		{name: "floodgate's token bucket", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("bucket", "a")}}},
+		{name: "floodgate's token bucket", reqs: []*rls.RateLimitRequest{{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("bucket", "a")}}},
 			want: []descStatus{{rpu: 1, remaining: 2, reset: 1}}},
 		// quota_mode as envoyproxy/ratelimit answers it since March 2026:
 		// the request is over when every quota of it is.
 		{name: "quota mode: over when every quota is", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("quota", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("quota", "a")}}},
 			want: []descStatus{{over: true, rpu: 1, reset: minuteLeft}}, over: true},
 		{name: "quota mode: passes while a quota has room", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a"), rlsDesc("quota", "b")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("quota", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("quota", "a"), envoytest.Descriptor("quota", "b")}}},
 			want: []descStatus{{over: true, rpu: 1, reset: minuteLeft}, {rpu: 1, remaining: 0, reset: minuteLeft}}},
 		{name: "quota mode: every quota over, the other limit within", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("quota", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a"), rlsDesc("quota", "a")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("quota", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a"), envoytest.Descriptor("quota", "a")}}},
 			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}, {over: true, rpu: 1, reset: minuteLeft}}, over: true},
 		{name: "shadow mode", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("shadow", "a")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("shadow", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("shadow", "a")}}},
 			want: []descStatus{{rpu: 1, reset: minuteLeft}}},
 		{name: "descriptor hits_addend wins", reqs: []*rls.RateLimitRequest{{Domain: "web", HitsAddend: 2,
-			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, HitsAddend: wrapperspb.UInt64(1)}, rlsDesc("ip", "b")}}},
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: envoytest.Descriptor("ip", "a").Entries, HitsAddend: wrapperspb.UInt64(1)}, envoytest.Descriptor("ip", "b")}}},
 			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}}},
 		{name: "one counter twice, in order", reqs: []*rls.RateLimitRequest{{Domain: "web",
-			Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a"), rlsDesc("ip", "a"), rlsDesc("bucket", "a")}}},
+			Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a"), envoytest.Descriptor("ip", "a"), envoytest.Descriptor("bucket", "a")}}},
 			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}, {rpu: 2, remaining: 0, reset: minuteLeft}, {rpu: 1, remaining: 2, reset: 1}}},
 		{name: "the descriptor's own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
-			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: envoytest.Descriptor("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
 			want: []descStatus{{rpu: 10, remaining: 9, reset: hourLeft}}},
 		// Descriptors longer than a store key (floodgate.MaxKeyLen) are
 		// counted like any other, apart from each other: a request must
 		// not get past its limit by making its decision fail.
 		{name: "a long value, twice", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", long+"a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", long+"a")}}},
 			want: []descStatus{{rpu: 2, remaining: 0, reset: minuteLeft}}},
 		{name: "two long values", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", long+"b")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", long+"a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", long+"b")}}},
 			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}}},
 		{name: "a long key with its own limit", reqs: []*rls.RateLimitRequest{{Domain: "web",
-			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc(long, "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
+			Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: envoytest.Descriptor(long, "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}}}}},
 			want: []descStatus{{rpu: 10, remaining: 9, reset: hourLeft}}},
 		{name: "atomic: over on one, none charged", atomic: true, reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b"), rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "b"), envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "b")}}},
 			want: []descStatus{{rpu: 2, remaining: 1, reset: minuteLeft}}},
 		{name: "default: over on one, the others charged", reqs: []*rls.RateLimitRequest{
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b"), rlsDesc("ip", "a")}},
-			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "b")}}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "b"), envoytest.Descriptor("ip", "a")}},
+			{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "b")}}},
 			want: []descStatus{{rpu: 2, remaining: 0, reset: minuteLeft}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,7 +191,7 @@ func TestShouldRateLimit(t *testing.T) {
 func TestShouldRateLimitHeaders(t *testing.T) {
 	svc := newEnvoy(t, envoy.Options{RateLimitHeaders: true})
 	resp, err := svc.ShouldRateLimit(context.Background(), &rls.RateLimitRequest{Domain: "web",
-		Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("free", "x"), rlsDesc("ip", "a"), rlsDesc("nope", "x")}})
+		Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("free", "x"), envoytest.Descriptor("ip", "a"), envoytest.Descriptor("nope", "x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +211,10 @@ func TestShouldRateLimitBadInput(t *testing.T) {
 		req  *rls.RateLimitRequest
 		want string
 	}{
-		{&rls.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{rlsDesc("ip", "a")}}, "rate limit domain must not be empty"},
+		{&rls.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("ip", "a")}}, "rate limit domain must not be empty"},
 		{&rls.RateLimitRequest{Domain: "web"}, "rate limit descriptor list must not be empty"},
 		{&rls.RateLimitRequest{Domain: "web", Descriptors: make([]*rlcommon.RateLimitDescriptor, envoy.MaxDescriptors+1)}, "holds 1001 descriptors, more than the maximum 1000"},
-		{&rls.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: rlsDesc("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, "no valid unit"},
+		{&rls.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: envoytest.Descriptor("ip", "a").Entries, Limit: &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}}}, "no valid unit"},
 	} {
 		_, err := svc.ShouldRateLimit(context.Background(), tc.req)
 		if !errors.Is(err, service.ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
@@ -267,8 +260,8 @@ descriptors:
 			}
 			return resp
 		}
-		ask(rlsDesc("tenant", "t"))
-		resp := ask(rlsDesc("user", "u"), rlsDesc("path", "/p"), rlsDesc("tenant", "t"))
+		ask(envoytest.Descriptor("tenant", "t"))
+		resp := ask(envoytest.Descriptor("user", "u"), envoytest.Descriptor("path", "/p"), envoytest.Descriptor("tenant", "t"))
 		if resp.OverallCode != rls.RateLimitResponse_OVER_LIMIT {
 			t.Fatalf("atomic=%v: %v, want OVER_LIMIT", atomic, resp)
 		}
@@ -276,7 +269,7 @@ descriptors:
 		if atomic {
 			want = 9 // not counted: the request was over the tenant's limit
 		}
-		resp = ask(rlsDesc("user", "u"))
+		resp = ask(envoytest.Descriptor("user", "u"))
 		if got := resp.Statuses[0].LimitRemaining; got != want {
 			t.Errorf("atomic=%v: the user's remaining after an over-limit request: %d, want %d", atomic, got, want)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 )
 
 // fuzzConfig is diffConfig with every feature (floodgate has them all)
@@ -37,25 +38,18 @@ var fuzzConfig = diffConfig(^feature(0)) + `  - key: bucket
 //
 //	go test -run '^$' -fuzz '^FuzzRLS$' -fuzztime 20000x ./internal/server/envoy
 func FuzzRLS(f *testing.F) {
-	entry := func(kv ...string) *rlcommon.RateLimitDescriptor {
-		d := &rlcommon.RateLimitDescriptor{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-		}
-		return d
-	}
-	limited := entry("open", "x")
+	limited := envoytest.Descriptor("open", "x")
 	limited.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR}
-	costly := entry("remote_address", "a")
+	costly := envoytest.Descriptor("remote_address", "a")
 	costly.HitsAddend = wrapperspb.UInt64(1 << 63)
 	for _, req := range []*rlsv3.RateLimitRequest{
-		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{entry("remote_address", "203.0.113.7")}},
-		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{entry("message_type", "marketing", "to_number", "1"), entry("path", "/api/x"), entry("files", "/f/a")}, HitsAddend: 3},
-		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{entry("tier", "low"), entry("tier", "high"), entry("shadow", "s"), entry("blocked", "b"), entry("free", "f")}},
-		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{entry("bucket", "b"), entry("log", "l"), limited, costly}},
-		{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{entry("k", "v")}},
+		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("remote_address", "203.0.113.7")}},
+		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("message_type", "marketing", "to_number", "1"), envoytest.Descriptor("path", "/api/x"), envoytest.Descriptor("files", "/f/a")}, HitsAddend: 3},
+		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("tier", "low"), envoytest.Descriptor("tier", "high"), envoytest.Descriptor("shadow", "s"), envoytest.Descriptor("blocked", "b"), envoytest.Descriptor("free", "f")}},
+		{Domain: "diff", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("bucket", "b"), envoytest.Descriptor("log", "l"), limited, costly}},
+		{Domain: "other", Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("k", "v")}},
 		{Domain: "diff"},
-		{Descriptors: []*rlcommon.RateLimitDescriptor{entry("k", "v")}},
+		{Descriptors: []*rlcommon.RateLimitDescriptor{envoytest.Descriptor("k", "v")}},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"testing"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -19,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -72,7 +72,7 @@ func TestServer(t *testing.T) {
 	conn, srv := serve(t)
 	ctx := context.Background()
 	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "ip", Value: "a"}}}}}
+	req := envoytest.Request("web", envoytest.Descriptor("ip", "a"))
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		resp, err := c.ShouldRateLimit(ctx, req)
 		if err != nil || resp.OverallCode != want {

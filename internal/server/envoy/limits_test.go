@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -27,6 +26,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 )
 
 const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
@@ -188,7 +188,7 @@ func TestRequireTokenBeforeBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req := &rlsv3.RateLimitRequest{Domain: "web", Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "ip", Value: "a"}}}}}
+	req := envoytest.Request("web", envoytest.Descriptor("ip", "a"))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, auth := range []string{"Bearer s3cret", "bEaReR s3cret"} {

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
@@ -286,33 +287,33 @@ type maker struct {
 // the peer has (makersFor).
 var makers = []maker{
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("remote_address", fmt.Sprintf("10.0.0.%d", r.IntN(3)))
+		return envoytest.Descriptor("remote_address", fmt.Sprintf("10.0.0.%d", r.IntN(3)))
 	}},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("database", []string{"users", "orders"}[r.IntN(2)])
+		return envoytest.Descriptor("database", []string{"users", "orders"}[r.IntN(2)])
 	}},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("message_type", []string{"marketing", "alerts"}[r.IntN(2)], "to_number", fmt.Sprint(r.IntN(2)))
+		return envoytest.Descriptor("message_type", []string{"marketing", "alerts"}[r.IntN(2)], "to_number", fmt.Sprint(r.IntN(2)))
 	}},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("message_type", "marketing")
+		return envoytest.Descriptor("message_type", "marketing")
 	}},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("path", []string{"/api/a", "/api/b", "/other"}[r.IntN(3)])
+		return envoytest.Descriptor("path", []string{"/api/a", "/api/b", "/other"}[r.IntN(3)])
 	}},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("files", []string{"/f/1", "/f/2", "/f/3"}[r.IntN(3)])
+		return envoytest.Descriptor("files", []string{"/f/1", "/f/2", "/f/3"}[r.IntN(3)])
 	}},
-	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("free", "x") }},
-	{chargeless: true, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("shadow", "x") }},
-	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("blocked", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("free", "x") }},
+	{chargeless: true, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("shadow", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("blocked", "x") }},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("tier", []string{"low", "high"}[r.IntN(2)])
+		return envoytest.Descriptor("tier", []string{"low", "high"}[r.IntN(2)])
 	}},
-	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("unknown", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("unknown", "x") }},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		// Longer than a store key: a path or header as Envoy sends it.
-		return desc("remote_address", strings.Repeat("a", 2000)+fmt.Sprint(r.IntN(2)))
+		return envoytest.Descriptor("remote_address", strings.Repeat("a", 2000)+fmt.Sprint(r.IntN(2)))
 	}},
 	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		// 7 is the RLS answer's WEEK, which the descriptor's enum lacks.
@@ -321,28 +322,28 @@ var makers = []maker{
 		// together (an hour's and a day's at midnight), floodgate's never.
 		units := []typev3.RateLimitUnit{typev3.RateLimitUnit_MINUTE, typev3.RateLimitUnit_HOUR, typev3.RateLimitUnit_DAY, 7, typev3.RateLimitUnit_MONTH, typev3.RateLimitUnit_YEAR}
 		u := r.IntN(len(units))
-		d := desc("remote_address", fmt.Sprintf("10.9.%d.%d", u, r.IntN(2)))
+		d := envoytest.Descriptor("remote_address", fmt.Sprintf("10.9.%d.%d", u, r.IntN(2)))
 		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: units[u]}
 		return d
 	}},
-	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return desc("persecond", "x") }},
+	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("persecond", "x") }},
 	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("route", []string{"/api/1/action", "/api/x/y/action", "/api/1/other", "/api//action", "/api/action"}[r.IntN(5)])
+		return envoytest.Descriptor("route", []string{"/api/1/action", "/api/x/y/action", "/api/1/other", "/api//action", "/api/action"}[r.IntN(5)])
 	}},
 	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("route", []string{"/api/v1/res/1/action", "/api/v1/res/2/action", "/api/v2/res/x/y/action", "/api/res/1/action"}[r.IntN(4)])
+		return envoytest.Descriptor("route", []string{"/api/v1/res/1/action", "/api/v1/res/2/action", "/api/v2/res/x/y/action", "/api/res/1/action"}[r.IntN(4)])
 	}},
 	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("tenant", []string{"t1prod", "t2prod", "tprod", "t1dev"}[r.IntN(4)], "svc", []string{"sec", "s1e2c", "sxc", "s-e-c-"}[r.IntN(4)])
+		return envoytest.Descriptor("tenant", []string{"t1prod", "t2prod", "tprod", "t1dev"}[r.IntN(4)], "svc", []string{"sec", "s1e2c", "sxc", "s-e-c-"}[r.IntN(4)])
 	}},
 	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("mid", []string{"az", "abz", "a/b/z", "za", "ab"}[r.IntN(5)])
+		return envoytest.Descriptor("mid", []string{"az", "abz", "a/b/z", "za", "ab"}[r.IntN(5)])
 	}},
 	{needs: descMetadata, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("meta", []string{"m1", "m2", "x"}[r.IntN(3)], "op", []string{"get", "put"}[r.IntN(2)])
+		return envoytest.Descriptor("meta", []string{"m1", "m2", "x"}[r.IntN(3)], "op", []string{"get", "put"}[r.IntN(2)])
 	}},
 	{needs: quotaMode, chargeless: true, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
-		return desc("quota", []string{"q1", "q2", "x"}[r.IntN(3)])
+		return envoytest.Descriptor("quota", []string{"q1", "q2", "x"}[r.IntN(3)])
 	}},
 }
 
@@ -355,14 +356,6 @@ func makersFor(have feature) []maker {
 		}
 	}
 	return ms
-}
-
-func desc(kv ...string) *rlcommon.RateLimitDescriptor {
-	d := &rlcommon.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
 }
 
 // randomRequest makes a request of one to three descriptors.
