@@ -18,6 +18,10 @@
 //	    limits:               # several limits on one key, checked as one
 //	      - {algorithm: gcra, max_burst: 9, count: 10, period: 1s}
 //	      - {algorithm: fixed-window, limit: 10000, calendar: day, timezone: Europe/Paris}
+//
+// It reads envoyproxy/ratelimit's domain files too (envoy.go), alone or
+// in a directory with the rules, as one parser; package envoy maps their
+// limits to floodgate's and decides Envoy's requests over them.
 package config
 
 import (

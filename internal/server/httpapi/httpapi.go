@@ -7,6 +7,7 @@
 //	GET  /v1/inspect?rule=api&key=user:1   a key's state, without charging it
 //	ANY  /v1/auth/{rule}?key={ip}&deny=403  forward auth for nginx, Caddy, Traefik
 //	GET  /v1/dashboard, /ui/               the dashboard (package dash)
+//	POST /json                             Envoy's RateLimitRequest in JSON (Options.Envoy)
 //	GET  /metrics, /healthz, /readyz
 //
 // A denial is a 200 with "allowed": false, except at /v1/auth, where it

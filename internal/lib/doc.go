@@ -1,0 +1,11 @@
+// Package lib holds nothing itself: its subdirectories are small helpers
+// with no knowledge of floodgate serve, used by the library (the root
+// package, fallback, httplimit, grpclimit) and by the server alike:
+//
+//	clientip   a request's client address behind trusted proxies
+//	gcfloor    a floor under the garbage collector's target heap
+//	headers    the RateLimit header fields, for HTTP and gRPC
+//	httpjson   JSON bodies over HTTP: UTF-8 check, problem answers
+//	lograte    one log line an interval, with a count of those held back
+//	slicepool  reuse of the slices a call needs only while it runs
+package lib

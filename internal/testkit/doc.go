@@ -1,0 +1,9 @@
+// Package testkit holds nothing itself: its subdirectories are for tests
+// (and bench's tools) only, never imported by code that ships:
+//
+//	redistest  real redis-server processes (standalone or cluster) on free ports
+//	peertest   envoyproxy/ratelimit, built and started for differential tests
+//	envoytest  Envoy rate limit requests, built from their entries
+//	tlstest    a CA, server and client certificates as PEM files
+//	nettest    helpers for tests of network servers
+package testkit
