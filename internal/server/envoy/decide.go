@@ -2,14 +2,9 @@ package envoy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +16,6 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/slicepool"
 	"github.com/floodgate/floodgate/internal/server/config"
-	"github.com/floodgate/floodgate/internal/server/metrics"
 	"github.com/floodgate/floodgate/internal/server/service"
 )
 
@@ -102,56 +96,6 @@ func New(store floodgate.Store, cfg *config.Config, sopts *service.Options, opts
 // Rules returns the service.Service whose rules and store s decides with.
 func (s *Service) Rules() *service.Service { return s.svc }
 
-// envoyDomain is a domain with a Limiter per limit, made when the
-// configuration is swapped in.
-type envoyDomain struct {
-	cfg  *config.Domain
-	lims map[*config.EnvoyLimit]*floodgate.Limiter
-}
-
-// domains are a configuration's domains by name, each prepared.
-type domains map[string]*envoyDomain
-
-func (s *Service) prepareDomains(cfg *config.Config) (domains, error) {
-	doms := make(domains, len(cfg.Domains))
-	for name, d := range cfg.Domains {
-		ed := &envoyDomain{cfg: d, lims: map[*config.EnvoyLimit]*floodgate.Limiter{}}
-		var walk func(n *config.Descriptor) error
-		walk = func(n *config.Descriptor) error {
-			if l := n.Limit; l != nil && l.Limit != (floodgate.Limit{}) {
-				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{s.envoyLimit(l)}, nil)
-				if err != nil {
-					return fmt.Errorf("domain %q, %s: %w", name, n.Path, err)
-				}
-				ed.lims[l] = lim
-			}
-			for _, c := range n.Children {
-				if err := walk(c); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if err := walk(&d.Root); err != nil {
-			return nil, err
-		}
-		doms[name] = ed
-	}
-	return doms, nil
-}
-
-// envoyLimit is the floodgate limit that decides l. A counting window is
-// decided by one forced charge of the hits (see decideOne), so it is kept
-// with a quota of one more than the limit: a count up to the limit then
-// leaves at least 1 remaining, and a count over it leaves 0. With the
-// atomic option it is a plain window, whose denials charge nothing.
-func (s *Service) envoyLimit(l *config.EnvoyLimit) floodgate.Limit {
-	if l.Counting && !s.atomic {
-		return floodgate.FixedWindow(l.Limit.Quota()+1, l.Limit.Period())
-	}
-	return l.Limit
-}
-
 // envoyCheck is one descriptor of a request on its way to a decision.
 type envoyCheck struct {
 	limit  *config.EnvoyLimit
@@ -172,9 +116,9 @@ type envoyCheck struct {
 // ShouldRateLimit is RLS v3's RateLimitService.ShouldRateLimit. It decides
 // each descriptor of req against the domain's limits (or the limit the
 // descriptor carries) and answers as envoyproxy/ratelimit does; see
-// docs/envoy.md for the differences. Its errors wrap service.ErrBadRequest (an empty
-// domain, no descriptors, a descriptor limit with no unit) or are the
-// store's.
+// docs/envoy.md for the differences. Its errors wrap
+// service.ErrBadRequest (an empty domain, no descriptors, a descriptor
+// limit with no unit) or are the store's.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, fmt.Errorf("%w: rate limit domain must not be empty", service.ErrBadRequest)
@@ -480,200 +424,4 @@ func entries(es []*rlcommon.RateLimitDescriptor_Entry) []config.Entry {
 		out[i] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	return out
-}
-
-// envoyKey is the store key of a descriptor's counter:
-// "e<len>:<domain>" and each entry's "<len>:<key><len>:<value>", with
-// the value replaced by the share_threshold wildcard where shared says.
-// The lengths make it unambiguous; rule keys start with "r", redis-cell's
-// with "cell:". A key longer than a store takes (floodgate.MaxKeyLen) is
-// "E" and the SHA-256 of it in hex instead: descriptors come from the
-// requests that Envoy limits, so a client could otherwise send a path or
-// header long enough to make the decision fail, which Envoy answers by
-// letting the request through (its failure_mode_deny is off by default);
-// envoyproxy/ratelimit counts such descriptors like any other.
-func envoyKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry, shared []string) string {
-	b := make([]byte, 0, 64)
-	b = append(b, 'e')
-	b = strconv.AppendInt(b, int64(len(domain)), 10)
-	b = append(b, ':')
-	b = append(b, domain...)
-	for i, e := range es {
-		v := e.GetValue()
-		if i < len(shared) && shared[i] != "" {
-			v = shared[i]
-		}
-		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(len(e.GetKey())), 10)
-		b = append(b, ':')
-		b = append(b, e.GetKey()...)
-		b = strconv.AppendInt(b, int64(len(v)), 10)
-		b = append(b, ':')
-		b = append(b, v...)
-	}
-	if len(b) > floodgate.MaxKeyLen {
-		sum := sha256.Sum256(b)
-		return "E" + hex.EncodeToString(sum[:])
-	}
-	return string(b)
-}
-
-// descriptorStatKey names the statistics of a limit that the request
-// carried: "domain.key_value.key".
-func descriptorStatKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry) string {
-	k := domain
-	for _, e := range es {
-		k += "." + e.GetKey()
-		if e.GetValue() != "" {
-			k += "_" + e.GetValue()
-		}
-	}
-	return k
-}
-
-// overrides holds the limits that requests carry (a descriptor's limit
-// field), each prepared once: Envoy sends the same few over and over.
-type overrides struct {
-	mu   sync.Mutex
-	lims map[overrideKey]overrideLimit
-}
-
-type overrideKey struct {
-	rpu  uint32
-	unit config.Unit
-}
-
-type overrideLimit struct {
-	limit *config.EnvoyLimit
-	lim   *floodgate.Limiter
-}
-
-// maxOverrides bounds the distinct limits kept; past it, a new one is
-// prepared for its request only.
-const maxOverrides = 1024
-
-// get returns the counting fixed window of a descriptor's own limit.
-func (o *overrides) get(store floodgate.Store, limit func(*config.EnvoyLimit) floodgate.Limit, ov *rlcommon.RateLimitDescriptor_RateLimitOverride) (*config.EnvoyLimit, *floodgate.Limiter, error) {
-	k := overrideKey{ov.GetRequestsPerUnit(), config.Unit(ov.GetUnit())}
-	if k.unit.Seconds() == 0 {
-		return nil, nil, fmt.Errorf("%w: the descriptor's limit has no valid unit (%d)", service.ErrBadRequest, ov.GetUnit())
-	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if l, ok := o.lims[k]; ok {
-		return l.limit, l.lim, nil
-	}
-	l := overrideLimit{limit: &config.EnvoyLimit{RequestsPerUnit: k.rpu, Unit: k.unit, Counting: true}}
-	if k.rpu > 0 {
-		l.limit.Limit = floodgate.FixedWindow(int64(k.rpu), time.Duration(k.unit.Seconds())*time.Second)
-		lim, err := floodgate.NewLimiter(store, []floodgate.Limit{limit(l.limit)}, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		l.lim = lim
-	}
-	if o.lims == nil {
-		o.lims = map[overrideKey]overrideLimit{}
-	}
-	if len(o.lims) < maxOverrides {
-		o.lims[k] = l
-	}
-	return l.limit, l.lim, nil
-}
-
-// The statistics envoyproxy/ratelimit keeps per descriptor.
-const (
-	totalHits = iota
-	overLimit
-	nearLimit
-	withinLimit
-	shadowMode
-	numEnvoyStats
-)
-
-var envoyStatNames = [numEnvoyStats]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
-
-// envoyMetrics are envoyproxy/ratelimit's per-descriptor counters, named
-// and labelled as its documented statsd-to-Prometheus mapping names them:
-// ratelimit_service_rate_limit_total_hits{domain, key1, key2}, where key1
-// and key2 are the first two parts of the descriptor's name.
-type envoyMetrics struct {
-	vecs     [numEnvoyStats]*metrics.CounterVec
-	names    sync.Map // stat key -> *envoyStat, at most maxEnvoyStats
-	n        atomic.Int64
-	overflow envoyStat // the names past maxEnvoyStats, and the too long
-}
-
-// envoyStat is one descriptor name's labels and, once used, its counters,
-// kept so that counting does not join the labels again.
-type envoyStat struct {
-	labels [3]string
-	counts [numEnvoyStats]atomic.Pointer[atomic.Uint64]
-}
-
-// maxEnvoyStats bounds the label sets, and the names kept to find them:
-// names come from the configuration, but detailed_metric and
-// value_to_metric put request values in them. maxEnvoyStatLen bounds a
-// name's bytes, which request values could make as long as the
-// request. The names past either count under key1="overflow".
-const (
-	maxEnvoyStats   = 10000
-	maxEnvoyStatLen = 1024
-)
-
-func newEnvoyMetrics(r *metrics.Registry) *envoyMetrics {
-	m := &envoyMetrics{}
-	m.overflow.labels = [3]string{"", "overflow", ""}
-	for kind, name := range envoyStatNames {
-		m.vecs[kind] = r.NewCounterVec("ratelimit_service_rate_limit_"+name,
-			"envoyproxy/ratelimit's "+name+" per descriptor, labelled as its default Prometheus mapping labels it.", "domain", "key1", "key2")
-	}
-	return m
-}
-
-var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
-
-// Add adds n to the counter kind (totalHits, ...) of the descriptor named
-// stat.
-func (m *envoyMetrics) Add(n uint64, kind int, stat string) {
-	if n == 0 {
-		return
-	}
-	st := m.stat(stat)
-	c := st.counts[kind].Load()
-	if c == nil {
-		c = m.vecs[kind].With(st.labels[:]...) // the same counter, whoever makes it first
-		st.counts[kind].Store(c)
-	}
-	c.Add(n)
-}
-
-// stat returns the labels and counters of the descriptor named stat:
-// its own while fewer than maxEnvoyStats names are kept, the overflow's
-// past them, which are not kept, so that a descriptor with
-// detailed_metric on a client's address holds memory for 10,000 names
-// and no more.
-func (m *envoyMetrics) stat(stat string) *envoyStat {
-	if v, ok := m.names.Load(stat); ok {
-		return v.(*envoyStat)
-	}
-	if len(stat) > maxEnvoyStatLen || m.n.Load() >= maxEnvoyStats { // read first: no write per request once full
-		return &m.overflow
-	}
-	if m.n.Add(1) > maxEnvoyStats { // a place, taken before the name is kept
-		m.n.Add(-1)
-		return &m.overflow
-	}
-	st := &envoyStat{}
-	// As envoyproxy/ratelimit sanitizes statsd names: an IPv4 address's
-	// dots and any : or | become _.
-	clean := strings.NewReplacer(":", "_", "|", "_").Replace(stat)
-	clean = ipv4.ReplaceAllStringFunc(clean, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
-	parts := strings.SplitN(clean, ".", 4)
-	copy(st.labels[:], parts)
-	v, loaded := m.names.LoadOrStore(stat, st)
-	if loaded {
-		m.n.Add(-1) // another caller kept it first
-	}
-	return v.(*envoyStat)
 }
