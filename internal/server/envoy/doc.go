@@ -2,7 +2,9 @@
 //
 //   - Service decides Envoy's requests (RLS v3 ShouldRateLimit) against
 //     the envoyproxy/ratelimit domains of the configuration, as
-//     envoyproxy/ratelimit answers them (decide.go);
+//     envoyproxy/ratelimit answers them (decide.go), with the domains
+//     mapped to floodgate limits and store keys (domains.go) and
+//     envoyproxy/ratelimit's per-descriptor statistics (stats.go);
 //   - Register serves it over gRPC, as
 //     envoy.service.ratelimit.v3.RateLimitService with grpc.health.v1,
 //     within the connection limits of ServerOptions (grpc.go, limits.go);
