@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 )
 
 // This file is the memory store's per-key overrides. An override lives in

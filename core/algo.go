@@ -1,6 +1,6 @@
 package core
 
-import "github.com/floodgate/floodgate/internal/arith"
+import "github.com/floodgate/floodgate/internal/lib/arith"
 
 // This file holds the algorithms as pure functions of (state, limit, now,
 // cost): no I/O, no clock, no allocation. Each is mirrored by a Lua

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 )
 
 // The sentinel errors. Package floodgate re-exports them under the same

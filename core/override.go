@@ -1,7 +1,7 @@
 package core
 
 import (
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 
 	"fmt"
 	"slices"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 )
 
 // This file is the leases of Options.Leases. A process that sees a key

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	fg "github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 )
 
 // The peer vectors are test vectors taken from other rate limiters' tests

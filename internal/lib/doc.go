@@ -2,6 +2,7 @@
 // with no knowledge of floodgate serve, used by the library (the root
 // package, fallback, httplimit, grpclimit) and by the server alike:
 //
+//	arith      exact integer arithmetic and the rounding of durations
 //	clientip   a request's client address behind trusted proxies
 //	gcfloor    a floor under the garbage collector's target heap
 //	headers    the RateLimit header fields, for HTTP and gRPC

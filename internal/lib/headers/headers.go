@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 )
 
 // Name returns the name that headers, problem details and metrics give

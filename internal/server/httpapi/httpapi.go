@@ -37,7 +37,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
-	"github.com/floodgate/floodgate/internal/arith"
+	"github.com/floodgate/floodgate/internal/lib/arith"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/httpjson"
 	"github.com/floodgate/floodgate/internal/server/dash"
