@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -20,12 +21,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 	"github.com/redis/go-redis/v9"
 )
 
 // Server is one redis-server process.
 type Server struct {
 	Addr string // host:port on 127.0.0.1
+	// TLS is the client configuration of a server StartTLS started: the
+	// test CA's and its client certificate; nil for the others.
+	TLS  *tls.Config
 	cmd  *exec.Cmd
 	dir  string
 	args []string
@@ -77,20 +82,49 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
 	}, extra...)
-	return launch(t, bin, port, dir, args, "redis.log")
+	return launch(t, bin, port, dir, args, "redis.log", nil)
+}
+
+// StartTLS starts a standalone redis-server that speaks only TLS, with
+// f's server certificate, and requires a client certificate from f's CA
+// (tls-auth-clients yes, Redis's default), and stops it when t ends. Its
+// TLS field is a client configuration that it accepts.
+func StartTLS(t testing.TB, f tlstest.Files, extra ...string) *Server {
+	t.Helper()
+	bin := need(t, "redis-server")
+	cfg := tlstest.ClientConfig(t, f, true)
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		port := FreePort(t)
+		dir := t.TempDir()
+		args := append([]string{
+			"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes",
+			"--save", "", "--appendonly", "no",
+			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
+		}, extra...)
+		s, err := launch(t, bin, port, dir, args, "redis.log", cfg)
+		if err == nil {
+			return s
+		}
+		last = err
+	}
+	t.Fatalf("starting redis-server with TLS: %v", last)
+	return nil
 }
 
 // launch runs bin with args as a server on port, stopped when t ends, and
-// waits until it answers PING; on failure the error carries its log file.
-func launch(t testing.TB, bin string, port int, dir string, args []string, logName string) (*Server, error) {
+// waits until it answers PING, over TLS with tc when not nil; on failure
+// the error carries its log file.
+func launch(t testing.TB, bin string, port int, dir string, args []string, logName string, tc *tls.Config) (*Server, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, args: args}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), TLS: tc, cmd: cmd, dir: dir, args: args}
 	t.Cleanup(s.Stop)
-	if err := waitPing(s.Addr, 5*time.Second); err != nil {
+	if err := waitPing(s.Addr, s.TLS, 5*time.Second); err != nil {
 		s.Stop()
 		log, _ := os.ReadFile(filepath.Join(dir, logName))
 		return nil, fmt.Errorf("%w\n%s", err, log)
@@ -98,8 +132,8 @@ func launch(t testing.TB, bin string, port int, dir string, args []string, logNa
 	return s, nil
 }
 
-func waitPing(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+func waitPing(addr string, tc *tls.Config, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: tc})
 	defer c.Close()
 	var err error
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -136,7 +170,7 @@ func (s *Server) Restart(t testing.TB) {
 			break
 		}
 		s.cmd = cmd
-		if err = waitPing(s.Addr, 2*time.Second); err == nil {
+		if err = waitPing(s.Addr, s.TLS, 2*time.Second); err == nil {
 			return
 		}
 		s.Stop() // the port may still be held: try again
@@ -150,7 +184,7 @@ func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(
 
 // Client returns a client for the server, closed when t ends.
 func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -304,7 +338,7 @@ sentinel parallel-syncs mymaster 1
 	if err != nil {
 		return nil, err
 	}
-	return launch(t, bin, port, dir, []string{conf, "--sentinel"}, "sentinel.log")
+	return launch(t, bin, port, dir, []string{conf, "--sentinel"}, "sentinel.log", nil)
 }
 
 // URL is the redis+sentinel:// URL of the master, naming every Sentinel.

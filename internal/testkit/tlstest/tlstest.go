@@ -75,7 +75,9 @@ func (ca *CA) Write(t testing.TB, dir string, serial int64) Files {
 func (ca *CA) issue(t testing.TB, certPath, keyPath string, tmpl *x509.Certificate) {
 	t.Helper()
 	key := newKey(t)
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	if tmpl.NotAfter.IsZero() {
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -89,6 +91,20 @@ func (ca *CA) issue(t testing.TB, certPath, keyPath string, tmpl *x509.Certifica
 	// half a file.
 	write(t, certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 	write(t, keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+}
+
+// WriteClient writes a client certificate signed by the CA, valid until
+// notAfter (one that expired already when it is in the past), as
+// dir/name.pem and dir/name-key.pem, and returns their paths.
+func (ca *CA) WriteClient(t testing.TB, dir, name string, notAfter time.Time) (cert, key string) {
+	t.Helper()
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	ca.issue(t, cert, key, &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		NotBefore:   notAfter.Add(-48 * time.Hour), NotAfter: notAfter,
+	})
+	return cert, key
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
