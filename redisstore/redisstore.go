@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -224,7 +225,18 @@ func NewFromURL(url string, opts *Options) (*Store, error) {
 // Every client it returns bounds its waits by the context's deadline
 // (ContextTimeoutEnabled), so that a hung server costs a caller no more
 // than its context allows (see package fallback).
-func NewClient(url string) (redis.UniversalClient, error) {
+func NewClient(url string) (redis.UniversalClient, error) { return NewClientDialer(url, nil) }
+
+// Dialer opens a connection to a Redis server at addr; its signature is
+// go-redis's Options.Dialer's.
+type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// NewClientDialer is NewClient with dial, when not nil, making every
+// connection of the client: to the server, to every Sentinel and master,
+// to every Cluster node. A dialer that speaks TLS makes the client speak
+// TLS whatever the URL's scheme; floodgate serve's --redis-tls-* flags
+// give one that presents a client certificate reloaded on SIGHUP.
+func NewClientDialer(url string, dial Dialer) (redis.UniversalClient, error) {
 	for _, scheme := range []string{"redis", "rediss"} {
 		if rest, ok := strings.CutPrefix(url, scheme+"+cluster://"); ok {
 			o, err := redis.ParseClusterURL(scheme + "://" + rest)
@@ -232,24 +244,30 @@ func NewClient(url string) (redis.UniversalClient, error) {
 				return nil, fmt.Errorf("redisstore: cluster URL: %w", err)
 			}
 			o.ContextTimeoutEnabled = true
+			if dial != nil {
+				o.Dialer = dial
+			}
 			return redis.NewClusterClient(o), nil
 		}
 	}
 	if rest, ok := strings.CutPrefix(url, "redis+sentinel://"); ok {
-		return failoverClient("redis://" + rest)
+		return failoverClient("redis://"+rest, dial)
 	}
 	if rest, ok := strings.CutPrefix(url, "rediss+sentinel://"); ok {
-		return failoverClient("rediss://" + rest)
+		return failoverClient("rediss://"+rest, dial)
 	}
 	o, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	o.ContextTimeoutEnabled = true
+	if dial != nil {
+		o.Dialer = dial
+	}
 	return redis.NewClient(o), nil
 }
 
-func failoverClient(url string) (redis.UniversalClient, error) {
+func failoverClient(url string, dial Dialer) (redis.UniversalClient, error) {
 	o, err := redis.ParseFailoverURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: sentinel URL: %w", err)
@@ -258,6 +276,10 @@ func failoverClient(url string) (redis.UniversalClient, error) {
 		return nil, errors.New("redisstore: a sentinel URL needs master_name=<the monitored master's name>")
 	}
 	o.ContextTimeoutEnabled = true
+	if dial != nil {
+		// go-redis dials the Sentinels and the master with it.
+		o.Dialer = dial
+	}
 	return redis.NewFailoverClient(o), nil
 }
 
