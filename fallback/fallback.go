@@ -830,6 +830,16 @@ type Causer interface {
 	Cause() error
 }
 
+// Cause returns why the primary store's calls fail, as the primary tells
+// (see Causer): its last underlying error since a success; nil when it
+// cannot tell or when its last call succeeded.
+func (s *Store) Cause() error {
+	if c, ok := s.primary.(Causer); ok {
+		return c.Cause()
+	}
+	return nil
+}
+
 // cause returns why err, a primary's failure that is only a context's
 // error (the budget ran out), happened, as the primary tells: the error
 // that the switch log names. It returns nil when err says more itself, or

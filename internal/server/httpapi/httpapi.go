@@ -153,7 +153,15 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 			writeJSON(w, 200, map[string]any{"status": "ready", "rules": len(svc.Config().Rules)})
 			return
 		}
-		writeJSON(w, 503, map[string]any{"status": "degraded: the Redis store is failing; decisions follow the fallback policy"})
+		body := map[string]any{"status": "degraded: the Redis store is failing; decisions follow the fallback policy"}
+		// The cause (a refused dial, a certificate Redis refused) spares
+		// an operator a trip to the log.
+		if fb := svc.Fallback(); fb != nil {
+			if err := fb.Cause(); err != nil {
+				body["cause"] = err.Error()
+			}
+		}
+		writeJSON(w, 503, body)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if methods, ok := allow[r.URL.Path]; ok {
