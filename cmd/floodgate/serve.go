@@ -141,6 +141,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 type server struct {
 	ui             bool              // the dashboard is served
 	tls            *tlsconf.Reloader // nil without TLS
+	redisTLS       *tlsconf.Client   // the TLS to Redis; nil without
 	httpLn, respLn net.Listener
 	grpcLn         *trackedListener
 	httpSrv        *http.Server
@@ -388,6 +389,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
+	srv.redisTLS = st.redisTLS
 	fmt.Fprintf(stdout, "floodgate %s\n", versionLine())
 	fmt.Fprintf(stdout, "store: %s\n", st.desc)
 	fmt.Fprintf(stdout, "rules: %d from %s\n", len(cfg.Rules), cfg.Source)
@@ -467,7 +469,7 @@ const removeSettle = 30 * time.Second
 // when it watches) and the TLS certificates; a file that fails to load
 // is logged and what was loaded stays in use.
 func reload(f *serveFlags, svc *service.Service, srv *server, hup chan struct{}, log *slog.Logger) {
-	if f.config == "" && srv.tls == nil {
+	if f.config == "" && srv.tls == nil && srv.redisTLS == nil {
 		log.Info("floodgate: SIGHUP without --config or TLS: nothing to reload")
 		return
 	}
@@ -485,6 +487,16 @@ func reload(f *serveFlags, svc *service.Service, srv *server, hup chan struct{},
 			log.Error("floodgate: TLS files invalid; keeping the certificates in use", "error", err.Error())
 		} else {
 			log.Info("floodgate: TLS certificates reloaded")
+		}
+	}
+	if srv.redisTLS != nil {
+		// New connections to Redis use what was read; open ones keep
+		// theirs until go-redis replaces them.
+		if err := srv.redisTLS.Reload(); err != nil {
+			log.Error("floodgate: Redis TLS files invalid; keeping the certificates in use", "error", err.Error())
+		} else {
+			log.Info("floodgate: Redis TLS certificates reloaded")
+			warnExpiry(srv.redisTLS, log)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/tlsconf"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,6 +30,10 @@ type storeFlags struct {
 	maxBytes  string
 	// denialCache is the Redis store's DenialCache.
 	denialCache bool
+	// tls is the TLS to Redis (--redis-tls-*); minVersion as the flag
+	// reads, "1.2" or "1.3".
+	tls        tlsconf.ClientFiles
+	minVersion string
 	// monitor is how often the Redis servers' eviction policy, evictions
 	// and restarts are read; 0 never.
 	monitor time.Duration
@@ -41,6 +48,12 @@ func (s *storeFlags) register(fs *flag.FlagSet, e *env) {
 	fs.DurationVar(&s.budget, "budget", e.duration("FLOODGATE_BUDGET", 50*time.Millisecond), "longest wait for Redis per decision before the fallback answers ($FLOODGATE_BUDGET)")
 	fs.BoolVar(&s.denialCache, "denial-cache", e.bool("FLOODGATE_DENIAL_CACHE", false), "with Redis, answer a request that Redis denied a moment ago (same key, limits and cost) locally until its retry-after, exactly as Redis would, floodgate's and Envoy's requests alike ($FLOODGATE_DENIAL_CACHE)")
 	fs.DurationVar(&s.monitor, "redis-monitor", e.duration("FLOODGATE_REDIS_MONITOR", 30*time.Second), "how often to read each Redis master's maxmemory-policy, evicted keys and run_id, for the metrics, the dashboard and a warning on a policy that evicts limits or a restart; 0 never ($FLOODGATE_REDIS_MONITOR)")
+	fs.StringVar(&s.tls.CA, "redis-tls-ca", e.str("FLOODGATE_REDIS_TLS_CA", ""), "PEM CA certificates that Redis's certificate must chain to, instead of the system's; turns TLS to Redis on; reloaded on SIGHUP ($FLOODGATE_REDIS_TLS_CA)")
+	fs.StringVar(&s.tls.Cert, "redis-tls-cert", e.str("FLOODGATE_REDIS_TLS_CERT", ""), "PEM client certificate (chain) to present to Redis (tls-auth-clients yes); turns TLS to Redis on; reloaded on SIGHUP ($FLOODGATE_REDIS_TLS_CERT)")
+	fs.StringVar(&s.tls.Key, "redis-tls-key", e.str("FLOODGATE_REDIS_TLS_KEY", ""), "PEM private key of --redis-tls-cert ($FLOODGATE_REDIS_TLS_KEY)")
+	fs.StringVar(&s.tls.ServerName, "redis-tls-server-name", e.str("FLOODGATE_REDIS_TLS_SERVER_NAME", ""), "name that every Redis server's certificate must hold; by default each server's host as dialed; turns TLS to Redis on ($FLOODGATE_REDIS_TLS_SERVER_NAME)")
+	fs.BoolVar(&s.tls.InsecureSkipVerify, "redis-tls-insecure-skip-verify", e.bool("FLOODGATE_REDIS_TLS_INSECURE_SKIP_VERIFY", false), "accept any certificate from Redis: encrypted, but open to a man in the middle; for tests only; turns TLS to Redis on ($FLOODGATE_REDIS_TLS_INSECURE_SKIP_VERIFY)")
+	fs.StringVar(&s.minVersion, "redis-tls-min-version", e.str("FLOODGATE_REDIS_TLS_MIN_VERSION", "1.2"), "oldest TLS version spoken with Redis: 1.2 or 1.3 ($FLOODGATE_REDIS_TLS_MIN_VERSION)")
 	fs.Int64Var(&s.maxKeys, "memory-max-keys", e.int("FLOODGATE_MEMORY_MAX_KEYS", 1<<20), "most keys the embedded store (or the local fallback) holds ($FLOODGATE_MEMORY_MAX_KEYS)")
 	fs.StringVar(&s.maxBytes, "memory-max-bytes", e.str("FLOODGATE_MEMORY_MAX_BYTES", "192MiB"), "most memory the embedded store's (or the local fallback's) keys take: bytes, or with KiB, MiB or GiB ($FLOODGATE_MEMORY_MAX_BYTES)")
 }
@@ -78,13 +91,17 @@ func (s *storeFlags) memoryStore() (*floodgate.MemoryStore, error) {
 // they name none. It is the one place the command makes a client: every
 // client has ContextTimeoutEnabled, so that a decision's deadline bounds
 // its wait for a hung server.
-func (s *storeFlags) redisClient() (client redis.UniversalClient, desc string, err error) {
+func (s *storeFlags) redisClient(tc *tlsconf.Client) (client redis.UniversalClient, desc string, err error) {
+	var dial redisstore.Dialer
+	if tc != nil {
+		dial = tc.Dial
+	}
 	switch {
 	case s.cluster != "":
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: splitList(s.cluster), ContextTimeoutEnabled: true}),
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: splitList(s.cluster), ContextTimeoutEnabled: true, Dialer: dial}),
 			"Redis Cluster " + s.cluster, nil
 	case s.redis != "":
-		c, err := redisstore.NewClient(s.redis)
+		c, err := redisstore.NewClientDialer(s.redis, dial)
 		if err != nil {
 			return nil, "", fmt.Errorf("--redis: %w", err)
 		}
@@ -110,8 +127,47 @@ type opened struct {
 	fallback *fallback.Store        // nil without Redis
 	memory   *floodgate.MemoryStore // the embedded store, or Redis's local fallback; nil for the others
 	monitor  *redisstore.Monitor    // nil without Redis or with --redis-monitor 0
+	redisTLS *tlsconf.Client        // nil without --redis-tls-*
 	desc     string
 	close    func()
+}
+
+// redisTLS loads the TLS to Redis that the flags ask for, or returns nil
+// when they ask for none. It warns of --redis-tls-insecure-skip-verify
+// and of a client certificate that has expired.
+func (s *storeFlags) redisTLS(log *slog.Logger) (*tlsconf.Client, error) {
+	v, err := tlsconf.ParseVersion(s.minVersion)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-tls-min-version ($FLOODGATE_REDIS_TLS_MIN_VERSION): %w", err)
+	}
+	files := s.tls
+	if files == (tlsconf.ClientFiles{}) {
+		if v != tls.VersionTLS12 {
+			return nil, errors.New("--redis-tls-min-version needs TLS to Redis: a --redis-tls-* flag")
+		}
+		return nil, nil
+	}
+	if s.redis == "" && s.cluster == "" {
+		return nil, errors.New("--redis-tls-* flags need --redis or --redis-cluster")
+	}
+	files.MinVersion = v
+	c, err := tlsconf.LoadClient(files)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-tls-*: %w", err)
+	}
+	if files.InsecureSkipVerify {
+		log.Warn("floodgate: --redis-tls-insecure-skip-verify: Redis's certificate is NOT checked; anyone on the path can pose as Redis")
+	}
+	warnExpiry(c, log)
+	return c, nil
+}
+
+// warnExpiry warns when c's client certificate has expired: Redis will
+// refuse it.
+func warnExpiry(c *tlsconf.Client, log *slog.Logger) {
+	if exp := c.Expiry(); !exp.IsZero() && time.Now().After(exp) {
+		log.Warn("floodgate: the Redis TLS client certificate has expired; Redis will refuse it", "cert", c.Files().Cert, "not_after", exp.UTC().Format(time.RFC3339))
+	}
 }
 
 // openStore opens the store the flags ask for. onSwitch, when set, hears
@@ -121,9 +177,16 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	if err != nil {
 		return nil, err
 	}
-	client, desc, err := f.redisClient()
+	rtls, err := f.redisTLS(log)
 	if err != nil {
 		return nil, err
+	}
+	client, desc, err := f.redisClient(rtls)
+	if err != nil {
+		return nil, err
+	}
+	if rtls != nil {
+		desc += " over TLS"
 	}
 	var mem *floodgate.MemoryStore
 	if client == nil || policy == fallback.Local {
@@ -162,7 +225,7 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	if f.monitor > 0 {
 		mon = redisstore.NewMonitor(client, &redisstore.MonitorOptions{Interval: f.monitor, Logger: log})
 	}
-	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, monitor: mon, close: func() {
+	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, monitor: mon, redisTLS: rtls, close: func() {
 		if mon != nil {
 			mon.Close()
 		}
