@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -97,6 +98,9 @@ func (c *Client) Reload() error {
 	return nil
 }
 
+// Files returns the files c reads.
+func (c *Client) Files() ClientFiles { return c.files }
+
 // Expiry returns when the loaded client certificate stops being valid,
 // or the zero time without one.
 func (c *Client) Expiry() time.Time {
@@ -151,33 +155,39 @@ func (c *Client) Dial(ctx context.Context, network, addr string) (net.Conn, erro
 
 // explainConn names the cause of a TLS alert its peer sends after the
 // handshake: with TLS 1.3 the server checks the client's certificate
-// after the client finished its handshake.
+// after the client finished its handshake. A server may also just close
+// the connection: then the cause is a guess, and says so.
 type explainConn struct {
 	net.Conn
-	c    *Client
-	addr string
-	used atomic.Bool // a read or write happened
+	c        *Client
+	addr     string
+	answered atomic.Bool // the server sent a byte after the handshake
 }
 
 func (e *explainConn) Read(p []byte) (int, error) {
 	n, err := e.Conn.Read(p)
-	if err != nil && strings.Contains(err.Error(), "remote error: tls: ") {
-		err = e.c.explain(e.addr, err)
+	if n > 0 {
+		e.answered.Store(true)
 	}
-	e.used.Store(true)
-	return n, err
+	return n, e.wrap(err)
 }
 
-// Write names the likely cause when the connection's first write finds
-// it reset: a server that refuses a client's certificate may close the
-// connection without an alert the client reads.
 func (e *explainConn) Write(p []byte) (int, error) {
 	n, err := e.Conn.Write(p)
-	if err != nil && !e.used.Swap(true) && errors.Is(err, syscall.ECONNRESET) {
-		err = &tlsError{addr: e.addr, why: e.c.reset(), err: err}
+	return n, e.wrap(err)
+}
+
+// wrap names the likely cause of err, the connection's failure.
+func (e *explainConn) wrap(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), "remote error: tls: "):
+		return e.c.explain(e.addr, err)
+	case !e.answered.Load() && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)):
+		return &tlsError{addr: e.addr, why: e.c.reset(), err: err}
 	}
-	e.used.Store(true)
-	return n, err
+	return err
 }
 
 // explain wraps err, a TLS failure with the server at addr, with its
@@ -228,6 +238,9 @@ func (e *tlsError) Unwrap() []error { return []error{e.err} }
 func (c *Client) reset() string {
 	if c.cur.Load().cert == nil {
 		return "the server closed the connection after the TLS handshake: it likely requires a client certificate, and none is configured"
+	}
+	if exp := c.Expiry(); !exp.IsZero() && time.Now().After(exp) {
+		return "the server closed the connection after the TLS handshake: it likely refused the client certificate " + c.files.Cert + ": expired at " + exp.UTC().Format(time.RFC3339)
 	}
 	return "the server closed the connection after the TLS handshake: it likely refused the client certificate " + c.files.Cert
 }
