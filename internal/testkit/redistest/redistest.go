@@ -97,12 +97,9 @@ func StartTLS(t testing.TB, f tlstest.Files, extra ...string) *Server {
 	for attempt := 0; attempt < 5; attempt++ {
 		port := FreePort(t)
 		dir := t.TempDir()
-		args := append([]string{
-			"--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes",
-			"--save", "", "--appendonly", "no",
+		args := append(append(tlsArgs(f, port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
-		}, extra...)
+		), extra...)
 		s, err := launch(t, bin, port, dir, args, "redis.log", cfg)
 		if err == nil {
 			return s
@@ -111,6 +108,15 @@ func StartTLS(t testing.TB, f tlstest.Files, extra ...string) *Server {
 	}
 	t.Fatalf("starting redis-server with TLS: %v", last)
 	return nil
+}
+
+// tlsArgs are the arguments of a redis-server that speaks only TLS on
+// port, with f's certificates, to its clients, its replicas and its
+// Cluster bus, and requires client certificates.
+func tlsArgs(f tlstest.Files, port int) []string {
+	return []string{"--port", "0", "--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes",
+		"--tls-replication", "yes", "--tls-cluster", "yes"}
 }
 
 // launch runs bin with args as a server on port, stopped when t ends, and
@@ -193,6 +199,7 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 type Cluster struct {
 	Addrs   []string
 	Servers []*Server
+	TLS     *tls.Config // a client configuration its nodes accept; nil without TLS
 }
 
 // StartCluster starts a cluster of the given number of masters (3 at
@@ -202,14 +209,42 @@ type Cluster struct {
 // dead master to cost only its own keys must set.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
+	return startCluster(t, masters, nil)
+}
+
+// StartTLSCluster is StartCluster with nodes that speak only TLS, to
+// clients and on the Cluster bus, as StartTLS's do. Its TLS field is a
+// client configuration that they accept.
+func StartTLSCluster(t testing.TB, masters int, f tlstest.Files) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, &f)
+}
+
+func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
+	t.Helper()
 	bin := need(t, "redis-server")
 	cli := need(t, "redis-cli")
 	c := &Cluster{}
+	var cliTLS []string
+	if f != nil {
+		c.TLS = tlstest.ClientConfig(t, *f, true)
+		cliTLS = []string{"--tls", "--cacert", f.CA, "--cert", f.ClientCert, "--key", f.ClientKey}
+	}
+	clusterArgs := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}
 	for i := 0; i < masters; i++ {
 		var s *Server
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
-			if s, err = start(t, bin, FreePort(t), []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}); err == nil {
+			port := FreePort(t)
+			if f == nil {
+				s, err = start(t, bin, port, clusterArgs)
+			} else {
+				dir := t.TempDir()
+				args := append(append(tlsArgs(*f, port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+					"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no"), clusterArgs...)
+				s, err = launch(t, bin, port, dir, args, "redis.log", c.TLS)
+			}
+			if err == nil {
 				break
 			}
 		}
@@ -219,21 +254,24 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 		c.Servers = append(c.Servers, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs...)
+	args := append(append(cliTLS, "--cluster", "create"), c.Addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+	// Bounded: redis-cli waits for ever for nodes that cannot meet.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	for _, addr := range c.Addrs {
-		if err := waitClusterOK(addr, 10*time.Second); err != nil {
+		if err := waitClusterOK(addr, c.TLS, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return c
 }
 
-func waitClusterOK(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+func waitClusterOK(addr string, tc *tls.Config, within time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: tc})
 	defer c.Close()
 	info := ""
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
@@ -247,13 +285,14 @@ func waitClusterOK(addr string, within time.Duration) error {
 
 // Client returns a cluster client, closed when t ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, TLSConfig: c.TLS})
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }
 
 // Sentinel is a master, one replica and three Sentinels watching them.
 type Sentinel struct {
+	TLS        *tls.Config // a client configuration every server accepts; nil without TLS
 	MasterName string
 	Master     *Server
 	Replica    *Server
@@ -266,16 +305,33 @@ type Sentinel struct {
 // that a failover can happen.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	return startSentinelSet(t, nil)
+}
+
+// StartTLSSentinel is StartSentinel with a master, a replica and Sentinels
+// that speak only TLS, to clients and to each other, as StartTLS's do.
+func StartTLSSentinel(t testing.TB, f tlstest.Files) *Sentinel {
+	t.Helper()
+	return startSentinelSet(t, &f)
+}
+
+func startSentinelSet(t testing.TB, f *tlstest.Files) *Sentinel {
+	t.Helper()
 	bin := need(t, "redis-server")
+	startServer := Start
+	if f != nil {
+		startServer = func(t testing.TB, extra ...string) *Server { return StartTLS(t, *f, extra...) }
+	}
 	// Redis waits 5s before a diskless sync, to gather replicas; the
 	// replica must hold the master's data before a failover. The master
 	// refuses writes once no replica is connected (min-replicas-to-write
 	// 1), as docs/redis.md advises: after a promotion, the old master then
 	// stops deciding at once instead of admitting what the new master
 	// never learns of.
-	s := &Sentinel{MasterName: "mymaster", Master: Start(t, "--repl-diskless-sync-delay", "0", "--min-replicas-to-write", "1", "--min-replicas-max-lag", "1")}
-	s.Replica = Start(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(s.Master.Addr, "127.0.0.1:"))
-	rc := redis.NewClient(&redis.Options{Addr: s.Replica.Addr})
+	s := &Sentinel{MasterName: "mymaster", Master: startServer(t, "--repl-diskless-sync-delay", "0", "--min-replicas-to-write", "1", "--min-replicas-max-lag", "1")}
+	s.TLS = s.Master.TLS
+	s.Replica = startServer(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(s.Master.Addr, "127.0.0.1:"))
+	rc := redis.NewClient(&redis.Options{Addr: s.Replica.Addr, TLSConfig: s.TLS})
 	err := waitFor(15*time.Second, func() error {
 		if info := rc.Info(context.Background(), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
 			return fmt.Errorf("the replica is not in sync:\n%s", info)
@@ -291,7 +347,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		var sen *Server
 		var err error
 		for attempt := 0; attempt < 5 && sen == nil; attempt++ {
-			sen, err = startSentinel(t, bin, FreePort(t), masterPort)
+			sen, err = startSentinel(t, bin, FreePort(t), masterPort, f)
 		}
 		if sen == nil {
 			t.Fatalf("starting a sentinel: %v", err)
@@ -299,7 +355,7 @@ func StartSentinel(t testing.TB) *Sentinel {
 		s.Sentinels = append(s.Sentinels, sen)
 	}
 	for _, sen := range s.Sentinels {
-		c := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr})
+		c := redis.NewSentinelClient(&redis.Options{Addr: sen.Addr, TLSConfig: s.TLS})
 		err := waitFor(15*time.Second, func() error {
 			reps, err := c.Replicas(context.Background(), s.MasterName).Result()
 			if err == nil && len(reps) == 0 {
@@ -322,10 +378,18 @@ func StartSentinel(t testing.TB) *Sentinel {
 	return s
 }
 
-func startSentinel(t testing.TB, bin string, port int, masterPort string) (*Server, error) {
+func startSentinel(t testing.TB, bin string, port int, masterPort string, f *tlstest.Files) (*Server, error) {
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
-	err := os.WriteFile(conf, []byte(fmt.Sprintf(`port %d
+	listen := fmt.Sprintf("port %d", port)
+	var tc *tls.Config
+	if f != nil {
+		// tls-replication: a Sentinel speaks TLS to the servers it watches.
+		listen = fmt.Sprintf("port 0\ntls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-auth-clients yes\ntls-replication yes",
+			port, f.Cert, f.Key, f.CA)
+		tc = tlstest.ClientConfig(t, *f, true)
+	}
+	err := os.WriteFile(conf, []byte(fmt.Sprintf(`%s
 bind 127.0.0.1
 dir %s
 logfile %s
@@ -334,11 +398,11 @@ sentinel monitor mymaster 127.0.0.1 %s 2
 sentinel down-after-milliseconds mymaster 1000
 sentinel failover-timeout mymaster 10000
 sentinel parallel-syncs mymaster 1
-`, port, dir, filepath.Join(dir, "sentinel.log"), masterPort)), 0o600)
+`, listen, dir, filepath.Join(dir, "sentinel.log"), masterPort)), 0o600)
 	if err != nil {
 		return nil, err
 	}
-	return launch(t, bin, port, dir, []string{conf, "--sentinel"}, "sentinel.log", nil)
+	return launch(t, bin, port, dir, []string{conf, "--sentinel"}, "sentinel.log", tc)
 }
 
 // URL is the redis+sentinel:// URL of the master, naming every Sentinel.
@@ -353,7 +417,7 @@ func (s *Sentinel) URL() string {
 // MasterAddr returns the master's address as the first Sentinel reports
 // it.
 func (s *Sentinel) MasterAddr() (string, error) {
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr, TLSConfig: s.TLS})
 	defer c.Close()
 	a, err := c.GetMasterAddrByName(context.Background(), s.MasterName).Result()
 	if err != nil {
@@ -367,7 +431,7 @@ func (s *Sentinel) MasterAddr() (string, error) {
 // replica as master.
 func (s *Sentinel) Failover(t testing.TB) {
 	t.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr})
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinels[0].Addr, TLSConfig: s.TLS})
 	defer c.Close()
 	if err := c.Failover(context.Background(), s.MasterName).Err(); err != nil {
 		t.Fatalf("SENTINEL FAILOVER: %v", err)

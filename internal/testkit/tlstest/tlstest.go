@@ -63,7 +63,9 @@ func (ca *CA) Write(t testing.TB, dir string, serial int64) Files {
 	ca.issue(t, f.Cert, f.Key, &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Client auth too: a Redis replica, Sentinel or Cluster node
+		// presents its server certificate to the servers it connects to.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	})
 	ca.issue(t, f.ClientCert, f.ClientKey, &x509.Certificate{
 		SerialNumber: big.NewInt(serial + 1000), Subject: pkix.Name{CommonName: "client"},
