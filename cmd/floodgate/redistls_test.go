@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"syscall"
@@ -121,5 +122,42 @@ func TestRedisTLSFlags(t *testing.T) {
 		if code := serveCmd(t.Context(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("serve %s: exit %d, %s; want 2 and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.want)
 		}
+	}
+}
+
+// TestRedisTLSClusterSentinel runs floodgate serve against a Redis
+// Cluster and a Sentinel set that speak only TLS and require client
+// certificates: the flags reach every node, Sentinel and master.
+func TestRedisTLSClusterSentinel(t *testing.T) {
+	dir := t.TempDir()
+	f := tlstest.NewCA(t).Write(t, dir, 61)
+	tlsArgs := []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.ClientCert, "--redis-tls-key", f.ClientKey, "--budget", "200ms"}
+	cluster := redistest.StartTLSCluster(t, 3, f)
+	sentinel := redistest.StartTLSSentinel(t, f)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"cluster URL", []string{"--redis", "rediss+cluster://" + cluster.Addrs[0] + "?addr=" + cluster.Addrs[1]}},
+		{"--redis-cluster", []string{"--redis-cluster", strings.Join(cluster.Addrs, ",")}},
+		{"sentinel", []string{"--redis", sentinel.URL()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := serve(t, append(tc.args, tlsArgs...)...)
+			if code, body := in.get(t, "/readyz"); code != 200 {
+				t.Fatalf("/readyz: %d %v\n%s", code, body, in.stderr)
+			}
+			for i := range 20 {
+				// Keys on every node of the Cluster.
+				if _, got := in.post(t, "/v1/check", fmt.Sprintf(`{"rule":"example","key":"k%d"}`, i)); got["source"] != "store" {
+					t.Fatalf("decided by %v, not Redis\n%s", got["source"], in.stderr)
+				}
+			}
+		})
+	}
+	// Without a client certificate every one of them refuses.
+	in := serve(t, "--redis", sentinel.URL(), "--redis-tls-ca", f.CA, "--budget", "200ms")
+	if code, body := in.get(t, "/readyz"); code != 503 || !strings.Contains(fmt.Sprint(body["cause"]), "requires a client certificate") {
+		t.Fatalf("/readyz through Sentinel without a client certificate: %d %v", code, body)
 	}
 }
