@@ -35,6 +35,8 @@ func TestRedisTLS(t *testing.T) {
 		{"client certificate", append([]string{"--redis", url, "--redis-tls-ca", f.CA}, cert...), "", ""},
 		{"redis scheme, TLS 1.3, server name", append([]string{"--redis", "redis://" + srv.Addr, "--redis-tls-ca", f.CA, "--redis-tls-min-version", "1.3", "--redis-tls-server-name", "localhost"}, cert...), "", ""},
 		{"insecure", append([]string{"--redis", url, "--redis-tls-insecure-skip-verify"}, cert...), "", "NOT checked"},
+		{"URL options", []string{"--redis", fmt.Sprintf("rediss://%s/0?tls_ca=%s&tls_cert=%s&tls_key=%s&tls_min_version=1.3&tls_server_name=localhost", srv.Addr, f.CA, f.ClientCert, f.ClientKey)}, "", ""},
+		{"URL option insecure", []string{"--redis", url + "?tls_cert=" + f.ClientCert + "&tls_key=" + f.ClientKey + "&tls_insecure_skip_verify=true"}, "", "NOT checked"},
 		{"no client certificate", []string{"--redis", url, "--redis-tls-ca", f.CA}, "requires a client certificate, and none is configured", ""},
 		{"wrong CA", append([]string{"--redis", url, "--redis-tls-ca", other.CA}, cert...), "not signed by the CA in " + other.CA, ""},
 		{"expired client certificate", []string{"--redis", url, "--redis-tls-ca", f.CA, "--redis-tls-cert", expCert, "--redis-tls-key", expKey}, "refused the client certificate " + expCert, "client certificate has expired"},
@@ -116,6 +118,9 @@ func TestRedisTLSFlags(t *testing.T) {
 		{[]string{"--redis", "rediss://127.0.0.1:1", "--redis-tls-min-version", "1.1"}, `TLS version "1.1"`},
 		{[]string{"--redis", "rediss://127.0.0.1:1", "--redis-tls-cert", f.ClientCert}, "needs both a certificate and a key"},
 		{[]string{"--redis", "rediss://127.0.0.1:1", "--redis-tls-ca", f.ClientKey}, "no PEM certificate"},
+		{[]string{"--redis", "rediss://127.0.0.1:1?tls_ca=" + f.ClientKey}, "no PEM certificate"},
+		{[]string{"--redis", "rediss://127.0.0.1:1?tls_ca=a.pem", "--redis-tls-ca", "b.pem"}, "tls_ca=a.pem, but its flag says b.pem"},
+		{[]string{"--redis", "rediss://127.0.0.1:1?tls_insecure_skip_verify=maybe"}, "tls_insecure_skip_verify"},
 	} {
 		var stdout, stderr strings.Builder
 		args := append([]string{"--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"}, tc.args...)

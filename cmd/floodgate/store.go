@@ -136,6 +136,9 @@ type opened struct {
 // when they ask for none. It warns of --redis-tls-insecure-skip-verify
 // and of a client certificate that has expired.
 func (s *storeFlags) redisTLS(log *slog.Logger) (*tlsconf.Client, error) {
+	if err := s.urlTLS(); err != nil {
+		return nil, err
+	}
 	v, err := tlsconf.ParseVersion(s.minVersion)
 	if err != nil {
 		return nil, fmt.Errorf("--redis-tls-min-version ($FLOODGATE_REDIS_TLS_MIN_VERSION): %w", err)
@@ -160,6 +163,49 @@ func (s *storeFlags) redisTLS(log *slog.Logger) (*tlsconf.Client, error) {
 	}
 	warnExpiry(c, log)
 	return c, nil
+}
+
+// urlTLS moves the tls_* query options of --redis (tls_ca, tls_cert,
+// tls_key, tls_server_name, tls_min_version, tls_insecure_skip_verify)
+// into the --redis-tls-* flags they stand for, and out of the URL, which
+// go-redis would refuse with them. An option and its flag both set
+// differently is an error.
+func (s *storeFlags) urlTLS() error {
+	if !strings.Contains(s.redis, "tls_") {
+		return nil
+	}
+	u, err := url.Parse(s.redis)
+	if err != nil {
+		return nil // NewClient says why
+	}
+	q := u.Query()
+	for _, o := range []struct {
+		name string
+		flag *string
+	}{{"tls_ca", &s.tls.CA}, {"tls_cert", &s.tls.Cert}, {"tls_key", &s.tls.Key}, {"tls_server_name", &s.tls.ServerName}, {"tls_min_version", &s.minVersion}} {
+		if !q.Has(o.name) {
+			continue
+		}
+		v := q.Get(o.name)
+		q.Del(o.name)
+		switch {
+		case *o.flag == "" || (o.name == "tls_min_version" && *o.flag == "1.2"):
+			*o.flag = v
+		case *o.flag != v:
+			return fmt.Errorf("--redis: %s=%s, but its flag says %s", o.name, v, *o.flag)
+		}
+	}
+	if q.Has("tls_insecure_skip_verify") {
+		b, err := strconv.ParseBool(q.Get("tls_insecure_skip_verify"))
+		if err != nil {
+			return fmt.Errorf("--redis: tls_insecure_skip_verify: %w", err)
+		}
+		s.tls.InsecureSkipVerify = s.tls.InsecureSkipVerify || b
+		q.Del("tls_insecure_skip_verify")
+	}
+	u.RawQuery = q.Encode()
+	s.redis = u.String()
+	return nil
 }
 
 // warnExpiry warns when c's client certificate has expired: Redis will
