@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/redistest"
-	"github.com/floodgate/floodgate/internal/tlsconf"
-	"github.com/floodgate/floodgate/internal/tlstest"
+	"github.com/floodgate/floodgate/internal/server/tlsconf"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 )
 
 // TestRedisTLS runs floodgate serve against a redis-server that speaks

@@ -13,7 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/fallback"
-	"github.com/floodgate/floodgate/internal/tlsconf"
+	"github.com/floodgate/floodgate/internal/server/tlsconf"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
