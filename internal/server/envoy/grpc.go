@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"github.com/floodgate/floodgate/internal/server/service"
 )
 
@@ -24,13 +26,17 @@ type Server struct {
 	health *health.Server
 }
 
-// Register registers the rate limit and health services on gs. The
+// Register registers the rate limit and health services on gs, logging
+// store failures to log (default slog.Default()) a line a second at most,
+// with the count held back. The
 // health service reports SERVING for "" and for
 // envoy.service.ratelimit.v3.RateLimitService until Shutdown.
 func Register(gs *grpc.Server, svc *Service, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
+	// A failing store fails every call: a line a second, with the count.
+	log = slog.New(lograte.NewHandler(log.Handler(), time.Second, nil))
 	s := &Server{svc: svc, log: log, health: health.NewServer()}
 	rlsv3.RegisterRateLimitServiceServer(gs, s)
 	healthpb.RegisterHealthServer(gs, s.health)

@@ -40,6 +40,7 @@ import (
 	"github.com/floodgate/floodgate/internal/lib/arith"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/httpjson"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"github.com/floodgate/floodgate/internal/server/dash"
 	"github.com/floodgate/floodgate/internal/server/service"
 )
@@ -61,7 +62,9 @@ type Options struct {
 	// Dashboard, when set, is served at /ui/ (and GET / redirects there),
 	// fed by GET /v1/dashboard, which requires the Token like /v1/.
 	Dashboard *dash.Dashboard
-	// Logger receives store failures. Default: slog.Default().
+	// Logger receives store failures, a line a second at most, counting
+	// those held back ("suppressed"), as a failing store fails every
+	// request. Default: slog.Default().
 	Logger *slog.Logger
 	// TrustedProxies are the proxies whose client address header the
 	// forward auth endpoint (/v1/auth) believes for {ip}. Default: none,
@@ -92,6 +95,7 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.Logger = slog.New(lograte.NewHandler(o.Logger.Handler(), time.Second, nil))
 	a := &api{svc: svc, o: o}
 	a.ip, a.ipErr = clientip.New(o.ClientIPHeader, o.TrustedProxies)
 	mux := http.NewServeMux()

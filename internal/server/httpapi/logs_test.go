@@ -1,0 +1,81 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/server/config"
+	"github.com/floodgate/floodgate/internal/server/httpapi"
+	"github.com/floodgate/floodgate/internal/server/service"
+)
+
+// failStore is a store whose every decision fails, as Redis down without
+// a fallback.
+type failStore struct{ floodgate.Store }
+
+func (s failStore) Prepare(l []core.Spec) (core.Policy, error) {
+	p, err := s.Store.Prepare(l)
+	return failPolicy{p}, err
+}
+
+type failPolicy struct{ core.Policy }
+
+func (failPolicy) Take(context.Context, string, int64) (core.Decision, error) {
+	return core.Decision{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// TestStoreFailureLogBounded: a store failing every check logs a line a
+// second, not one a request, and the next line counts those held back.
+func TestStoreFailureLogBounded(t *testing.T) {
+	mem := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+	t.Cleanup(func() { mem.Close() })
+	svc, err := service.New(failStore{mem}, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	const requests = 200
+	start := time.Now()
+	for range requests {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"rule":"example","key":"k"}`))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		if rec.Code < 500 {
+			t.Fatalf("status %d, want a 5xx: %s", rec.Code, rec.Body)
+		}
+	}
+	secs := time.Since(start).Seconds()
+	buf.mu.Lock()
+	out := buf.b.String()
+	buf.mu.Unlock()
+	lines := strings.Count(out, "\n")
+	if lines < 1 || float64(lines) > 1+secs {
+		t.Errorf("%d requests in %.2fs logged %d lines, want 1 and at most one a second more:\n%s", requests, secs, lines, out)
+	}
+	if !strings.Contains(out, `msg="floodgate: check failed" rule=example`) {
+		t.Errorf("no line for the failed check:\n%s", out)
+	}
+}
