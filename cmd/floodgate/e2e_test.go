@@ -79,6 +79,7 @@ type instance struct {
 	respAddr string
 	grpcAddr string // with --grpc
 	stderr   *lockedBuffer
+	stdout   *lockedBuffer // every line it printed
 	done     chan error
 }
 
@@ -97,7 +98,7 @@ func serveBinary(t *testing.T, bin string, args ...string) *instance {
 	// The race runtime sleeps a second before exiting, by default; the
 	// shutdown tests time the process, not that.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	in := &instance{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan error, 1)}
+	in := &instance{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = in.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -110,6 +111,7 @@ func serveBinary(t *testing.T, bin string, args ...string) *instance {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			fmt.Fprintln(in.stdout, sc.Text())
 			lines <- sc.Text()
 		}
 		close(lines)
@@ -126,6 +128,10 @@ func serveBinary(t *testing.T, bin string, args ...string) *instance {
 		case line, ok := <-lines:
 			if !ok {
 				t.Fatalf("floodgate serve exited before listening:\n%s", in.stderr)
+			}
+			var rec struct{ Msg string }
+			if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &rec) == nil {
+				line = rec.Msg // --log-format json: the banner's lines are records
 			}
 			if rest, ok := strings.CutPrefix(line, "HTTP API on "); ok {
 				in.httpURL = strings.Fields(rest)[0]

@@ -38,21 +38,29 @@ Run "floodgate <command> --help" for the flags of a command.
 
 func main() {
 	// go-redis has one logger for the process: set here, once, it sends
-	// the client's lines through floodgate's log, a line a second at most.
-	redis.SetLogger(newRedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	// the client's lines through floodgate's log, a line a second at most;
+	// serve points it at the logger its flags configure.
+	rl := newRedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	redis.SetLogger(rl)
+	os.Exit(runWith(context.Background(), os.Args[1:], os.Stdout, os.Stderr, rl.use))
 }
 
 // run runs the command line args and returns the exit status: 0 success
 // (or allowed), 1 denied, 2 usage or runtime error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runWith(ctx, args, stdout, stderr, nil)
+}
+
+// runWith is run, where serve hands its logger to redisLog, when set:
+// main's, which owns go-redis's logger for the process.
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, redisLog func(*slog.Logger)) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
 	case "serve":
-		return serveCmd(ctx, args[1:], stdout, stderr)
+		return serveCmd(ctx, args[1:], stdout, stderr, redisLog)
 	case "check":
 		return checkCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/internal/lib/lograte"
@@ -14,23 +15,23 @@ import (
 // while Redis is down) into floodgate's log: at most one line a second,
 // which counts the lines held back since the last.
 type redisLogger struct {
-	log   *slog.Logger
+	log   atomic.Pointer[slog.Logger]
 	limit *lograte.Limiter
 }
 
 func newRedisLogger(log *slog.Logger) *redisLogger {
-	return &redisLogger{log: log, limit: lograte.New(time.Second, nil)}
+	l := &redisLogger{limit: lograte.New(time.Second, nil)}
+	l.use(log)
+	return l
+}
+
+// use sends the lines from now on to log, as component redis-client.
+func (l *redisLogger) use(log *slog.Logger) {
+	l.log.Store(log.With("component", "redis-client"))
 }
 
 // Printf implements go-redis's internal.Logging.
 func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
-	held, ok := l.limit.Allow()
-	if !ok {
-		return
-	}
-	attrs := []any{"message", strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")}
-	if held > 0 {
-		attrs = append(attrs, "suppressed", held)
-	}
-	l.log.Warn("floodgate: redis client", attrs...)
+	l.limit.Log(context.Background(), l.log.Load(), slog.LevelWarn, "floodgate: redis client",
+		"message", strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "))
 }

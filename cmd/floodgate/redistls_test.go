@@ -124,7 +124,7 @@ func TestRedisTLSFlags(t *testing.T) {
 	} {
 		var stdout, stderr strings.Builder
 		args := append([]string{"--http", "127.0.0.1:0", "--resp", "127.0.0.1:0"}, tc.args...)
-		if code := serveCmd(t.Context(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+		if code := serveCmd(t.Context(), args, &stdout, &stderr, nil); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("serve %s: exit %d, %s; want 2 and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.want)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate/floodgate/httplimit"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/gcfloor"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/dash"
 	"github.com/floodgate/floodgate/internal/server/envoy"
@@ -71,6 +72,8 @@ type serveFlags struct {
 	trustedProxies string
 	clientIPHeader string
 	trusted        []netip.Prefix
+	// log is --log-format and --log-level.
+	log logFlags
 	// gcFloor is how far the heap grows between collections at least, as
 	// --gc-floor reads: bytes, KiB, MiB, GiB; "0" for Go's default.
 	gcFloor string
@@ -106,6 +109,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.DurationVar(&f.uiStep, "ui-step", e.duration("FLOODGATE_UI_STEP", 2*time.Second), "how often the dashboard samples the counters: its chart's resolution ($FLOODGATE_UI_STEP)")
 	fs.StringVar(&f.tls.Cert, "tls-cert", e.str("FLOODGATE_TLS_CERT", ""), "PEM certificate (chain) for TLS on the HTTP and Redis-protocol listeners; reloaded on SIGHUP ($FLOODGATE_TLS_CERT)")
 	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
+	f.log.register(fs, &e)
 	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
 	fs.StringVar(&f.trustedProxies, "trusted-proxies", e.str("FLOODGATE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDR prefixes of the proxies (nginx, Caddy, Traefik) whose --client-ip-header /v1/auth believes for a key's {ip}; without them {ip} is refused ($FLOODGATE_TRUSTED_PROXIES)")
 	fs.StringVar(&f.clientIPHeader, "client-ip-header", e.str("FLOODGATE_CLIENT_IP_HEADER", "X-Forwarded-For"), "the header in which the trusted proxies send the client's address to /v1/auth: X-Forwarded-For, X-Real-IP or Forwarded ($FLOODGATE_CLIENT_IP_HEADER)")
@@ -131,6 +135,10 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
+		return nil, 2, false
+	}
+	if _, _, err := f.log.logger(io.Discard, io.Discard); err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return nil, 2, false
 	}
 	return f, 0, true
@@ -179,9 +187,13 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 		if s.tls != nil {
 			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
 		}
+		httpLog := log.With("component", "http")
 		s.httpSrv = &http.Server{
-			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: log, Envoy: rl.JSONHandler(log),
+			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: httpLog, Envoy: rl.JSONHandler(log.With("component", "envoy")),
 				TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader}),
+			// net/http logs each failed accept or TLS handshake: a line a
+			// second, through the log, not the global log package.
+			ErrorLog:          slog.NewLogLogger(lograte.NewHandler(httpLog.Handler(), time.Second, nil), slog.LevelWarn),
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderBytes: 64 << 10,
 		}
@@ -196,7 +208,7 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 		if s.tls != nil {
 			s.respLn = tls.NewListener(s.respLn, s.tls.Config())
 		}
-		s.respSrv = resp.New(svc, &resp.Options{Token: f.token, Version: getVersion(), Logger: log})
+		s.respSrv = resp.New(svc, &resp.Options{Token: f.token, Version: getVersion(), Logger: log.With("component", "resp")})
 	}
 	if f.grpc != "" {
 		ln, err := net.Listen("tcp", f.grpc)
@@ -216,7 +228,7 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
 		}
 		s.grpcSrv = grpc.NewServer(opts...)
-		s.rls = envoy.Register(s.grpcSrv, rl, log)
+		s.rls = envoy.Register(s.grpcSrv, rl, log.With("component", "envoy"))
 	}
 	if s.httpLn == nil && s.respLn == nil && s.grpcLn == nil {
 		return nil, errors.New("--http, --resp and --grpc are all disabled: nothing to serve")
@@ -226,15 +238,17 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 
 // start serves on the listeners, each in a goroutine that shutdown waits
 // for, and prints where.
-func (s *server) start(stdout io.Writer) {
+func (s *server) start(b banner) {
 	scheme, tlsNote := "http", ""
 	if s.tls != nil {
 		scheme, tlsNote = "https", ", TLS"
 	}
 	if s.httpLn != nil {
-		fmt.Fprintf(stdout, "HTTP API on %s://%s (POST /v1/check, GET /v1/rules, /metrics)\n", scheme, s.httpLn.Addr())
+		b.line(fmt.Sprintf("HTTP API on %s://%s (POST /v1/check, GET /v1/rules, /metrics)", scheme, s.httpLn.Addr()),
+			"listener", "http", "url", fmt.Sprintf("%s://%s", scheme, s.httpLn.Addr()))
 		if s.ui {
-			fmt.Fprintf(stdout, "Dashboard on %s://%s/ui/\n", scheme, s.httpLn.Addr())
+			b.line(fmt.Sprintf("Dashboard on %s://%s/ui/", scheme, s.httpLn.Addr()),
+				"listener", "dashboard", "url", fmt.Sprintf("%s://%s/ui/", scheme, s.httpLn.Addr()))
 		}
 		s.wg.Add(1)
 		go func() {
@@ -245,7 +259,8 @@ func (s *server) start(stdout io.Writer) {
 		}()
 	}
 	if s.grpcLn != nil {
-		fmt.Fprintf(stdout, "Envoy rate limit service (gRPC) on %s (envoy.service.ratelimit.v3.RateLimitService%s)\n", s.grpcLn.Addr(), tlsNote)
+		b.line(fmt.Sprintf("Envoy rate limit service (gRPC) on %s (envoy.service.ratelimit.v3.RateLimitService%s)", s.grpcLn.Addr(), tlsNote),
+			"listener", "grpc", "addr", s.grpcLn.Addr().String(), "tls", s.tls != nil)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -255,7 +270,8 @@ func (s *server) start(stdout io.Writer) {
 		}()
 	}
 	if s.respLn != nil {
-		fmt.Fprintf(stdout, "Redis protocol on %s (CL.THROTTLE, FG.CHECK%s)\n", s.respLn.Addr(), tlsNote)
+		b.line(fmt.Sprintf("Redis protocol on %s (CL.THROTTLE, FG.CHECK%s)", s.respLn.Addr(), tlsNote),
+			"listener", "resp", "addr", s.respLn.Addr().String(), "tls", s.tls != nil)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -315,12 +331,19 @@ func (s *server) shutdown() {
 	s.wg.Wait()
 }
 
-func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, redisLog func(*slog.Logger)) int {
 	f, code, ok := parseServeFlags(args, stderr)
 	if !ok {
 		return code
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	root, b, err := f.log.logger(stderr, stdout)
+	if err != nil { // checked by parseServeFlags
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 2
+	}
+	if redisLog != nil {
+		redisLog(root)
+	}
 	if f.gcFloor != "0" {
 		floor, err := parseBytes(f.gcFloor)
 		if err != nil {
@@ -345,13 +368,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		onSwitch = func(s fallback.State) { board.Switched(s) }
 		onDenied = func(rule, key string) { board.Denied(rule, key) }
 	}
-	st, err := openStore(&f.store, log, onSwitch)
+	st, err := openStore(&f.store, root, onSwitch)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
 	defer st.close()
-	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: log, OnDenied: onDenied, MergeDomains: f.mergeDomains},
+	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, MergeDomains: f.mergeDomains},
 		&envoy.Options{StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
@@ -384,23 +407,23 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		st.monitor.Start(ctx)
 		cancel()
 	}
-	srv, err := listen(f, rl, board, log)
+	srv, err := listen(f, rl, board, root)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
 	srv.redisTLS = st.redisTLS
-	fmt.Fprintf(stdout, "floodgate %s\n", versionLine())
-	fmt.Fprintf(stdout, "store: %s\n", st.desc)
-	fmt.Fprintf(stdout, "rules: %d from %s\n", len(cfg.Rules), cfg.Source)
+	b.line("floodgate "+versionLine(), "version", getVersion())
+	b.line("store: "+st.desc, "store", st.desc)
+	b.line(fmt.Sprintf("rules: %d from %s", len(cfg.Rules), cfg.Source), "rules", len(cfg.Rules), "source", cfg.Source)
 	if len(cfg.Domains) > 0 {
-		fmt.Fprintf(stdout, "envoy domains: %d from %s\n", len(cfg.Domains), cfg.Source)
+		b.line(fmt.Sprintf("envoy domains: %d from %s", len(cfg.Domains), cfg.Source), "domains", len(cfg.Domains), "source", cfg.Source)
 	}
-	srv.start(stdout)
+	srv.start(b)
 	if s, ok := stdout.(interface{ Sync() error }); ok {
 		s.Sync()
 	}
-	code = serveLoop(ctx, f, svc, srv, files, log)
+	code = serveLoop(ctx, f, svc, srv, files, root)
 	srv.shutdown()
 	return code
 }
@@ -408,7 +431,8 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // serveLoop waits for a signal, a failed server or the end of ctx, and reloads
 // the rules on SIGHUP and, with --watch, when the file changes. It returns
 // the exit status.
-func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *server, files snapshot, log *slog.Logger) int {
+func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *server, files snapshot, root *slog.Logger) int {
+	log := root.With("component", "serve")
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -432,7 +456,7 @@ func serveLoop(ctx context.Context, f *serveFlags, svc *service.Service, srv *se
 	var hup chan struct{}
 	if f.config != "" && f.watch > 0 {
 		hup = make(chan struct{}, 1)
-		w := &watcher{path: f.config, settle: f.watch, removeSettle: max(removeSettle, 5*f.watch), log: log,
+		w := &watcher{path: f.config, settle: f.watch, removeSettle: max(removeSettle, 5*f.watch), log: root.With("component", "config"),
 			load:    func() (*config.Config, error) { return svc.Load(f.config) },
 			apply:   func(cfg *config.Config, err error) { svc.Apply(f.config, cfg, err) },
 			current: svc.Config, applied: files}

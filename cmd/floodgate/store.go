@@ -216,8 +216,9 @@ func warnExpiry(c *tlsconf.Client, log *slog.Logger) {
 	}
 }
 
-// openStore opens the store the flags ask for. onSwitch, when set, hears
-// the fallback's switches.
+// openStore opens the store the flags ask for, logging to log with the
+// component of each part. onSwitch, when set, hears the fallback's
+// switches.
 func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (*opened, error) {
 	policy, err := fallback.ParseMode(f.policy)
 	if err != nil {
@@ -249,7 +250,7 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix, DenialCache: f.denialCache})
 	// The health checks keep readiness honest with no traffic: a Redis
 	// that dies is seen within one interval.
-	o := &fallback.Options{Mode: policy, Instances: f.instances, Budget: f.budget, Logger: log, OnSwitch: onSwitch,
+	o := &fallback.Options{Mode: policy, Instances: f.instances, Budget: f.budget, Logger: log.With("component", "fallback"), OnSwitch: onSwitch,
 		HealthInterval: 100 * time.Millisecond}
 	if mem != nil {
 		o.Local = mem
@@ -269,7 +270,7 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	desc += ")"
 	var mon *redisstore.Monitor
 	if f.monitor > 0 {
-		mon = redisstore.NewMonitor(client, &redisstore.MonitorOptions{Interval: f.monitor, Logger: log})
+		mon = redisstore.NewMonitor(client, &redisstore.MonitorOptions{Interval: f.monitor, Logger: log.With("component", "monitor")})
 	}
 	return &opened{store: fb, fallback: fb, memory: mem, desc: desc, monitor: mon, redisTLS: rtls, close: func() {
 		if mon != nil {
