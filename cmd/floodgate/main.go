@@ -22,6 +22,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/grpclog"
 )
 
 const usage = `floodgate: a distributed rate limiter
@@ -37,12 +38,18 @@ Run "floodgate <command> --help" for the flags of a command.
 `
 
 func main() {
-	// go-redis has one logger for the process: set here, once, it sends
-	// the client's lines through floodgate's log, a line a second at most;
-	// serve points it at the logger its flags configure.
-	rl := newRedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	// go-redis and grpc-go have one logger each for the process: set here,
+	// once, before any call, they send their lines through floodgate's
+	// log, rate-limited; serve points them at the logger its flags
+	// configure.
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	rl, gl := newRedisLogger(log), newGRPCLogger(log, nil)
 	redis.SetLogger(rl)
-	os.Exit(runWith(context.Background(), os.Args[1:], os.Stdout, os.Stderr, rl.use))
+	grpclog.SetLoggerV2(gl)
+	os.Exit(runWith(context.Background(), os.Args[1:], os.Stdout, os.Stderr, func(l *slog.Logger) {
+		rl.use(l)
+		gl.use(l)
+	}))
 }
 
 // run runs the command line args and returns the exit status: 0 success
@@ -52,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // runWith is run, where serve hands its logger to redisLog, when set:
-// main's, which owns go-redis's logger for the process.
+// main's, which owns go-redis's and grpc-go's loggers for the process.
 func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, redisLog func(*slog.Logger)) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
