@@ -26,10 +26,12 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/headers"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -132,7 +134,9 @@ type Options struct {
 	// store fails. Default: false, the call is served unlimited. Either way
 	// the error is logged.
 	FailClosed bool
-	// Logger receives store failures. Default: slog.Default().
+	// Logger receives store failures, a line a second at most, counting
+	// those held back ("suppressed"), as a failing store fails every
+	// call. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -155,6 +159,7 @@ func newServer(lim *floodgate.Limiter, opts *Options) *server {
 	if s.o.Logger == nil {
 		s.o.Logger = slog.Default()
 	}
+	s.o.Logger = slog.New(lograte.NewHandler(s.o.Logger.Handler(), time.Second, nil))
 	return s
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,10 +182,22 @@ func TestStoreFailure(t *testing.T) {
 		want       codes.Code
 	}{{false, codes.OK}, {true, codes.Unavailable}} {
 		lim, _ := floodgate.NewLimiter(failingStore{}, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
-		client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, &grpclimit.Options{FailClosed: tt.failClosed, Logger: slog.New(slog.DiscardHandler)}))})
-		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
-		if got := status.Code(err); got != tt.want {
-			t.Errorf("FailClosed %v: %v, want %v", tt.failClosed, got, tt.want)
+		var log lockedBuffer
+		client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, &grpclimit.Options{FailClosed: tt.failClosed, Logger: slog.New(slog.NewTextHandler(&log, nil))}))})
+		// Every call fails the same way: the log says so a line a second,
+		// not once a call.
+		const calls = 50
+		start := time.Now()
+		for range calls {
+			_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("FailClosed %v: %v, want %v", tt.failClosed, got, tt.want)
+			}
+		}
+		secs := time.Since(start).Seconds()
+		out := log.String()
+		if n := strings.Count(out, "\n"); n < 1 || float64(n) > 1+secs {
+			t.Errorf("FailClosed %v: %d calls in %.2fs logged %d lines, want one a second:\n%s", tt.failClosed, calls, secs, n, out)
 		}
 	}
 }
@@ -281,4 +294,23 @@ func TestClientIP(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", tt.name, got, err, tt.want)
 		}
 	}
+}
+
+// lockedBuffer is a buffer the server's goroutines log to while the test
+// reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -24,9 +24,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/headers"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 )
 
 // Options configures a Middleware. The zero value (or nil) gives the
@@ -68,7 +70,9 @@ type Options struct {
 	// place of the default problem+json 429. The RateLimit and
 	// Retry-After headers are already set when it is called.
 	OnDenied func(w http.ResponseWriter, r *http.Request, d Denial)
-	// Logger receives store failures. Default: slog.Default().
+	// Logger receives store failures, a line a second at most, counting
+	// those held back ("suppressed"), as a failing store fails every
+	// request. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -102,6 +106,7 @@ func New(lim *floodgate.Limiter, opts *Options) *Middleware {
 	if m.opts.Logger == nil {
 		m.opts.Logger = slog.Default()
 	}
+	m.opts.Logger = slog.New(lograte.NewHandler(m.opts.Logger.Handler(), time.Second, nil))
 	return m
 }
 

@@ -152,12 +152,21 @@ func TestStoreFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := httplimit.New(lim, &httplimit.Options{FailClosed: tt.failClosed, Logger: slog.New(slog.NewTextHandler(&log, nil))}).Handler(ok)
-		rec := do(h, "192.0.2.1:1")
-		if rec.Code != tt.status {
-			t.Errorf("FailClosed %v: status %d, want %d", tt.failClosed, rec.Code, tt.status)
+		// Every request fails the same way: the log says so a line a
+		// second, not once a request.
+		const requests = 100
+		start := time.Now()
+		for range requests {
+			if rec := do(h, "192.0.2.1:1"); rec.Code != tt.status {
+				t.Fatalf("FailClosed %v: status %d, want %d", tt.failClosed, rec.Code, tt.status)
+			}
 		}
+		secs := time.Since(start).Seconds()
 		if !strings.Contains(log.String(), "connection refused") {
 			t.Errorf("FailClosed %v: the failure was not logged: %q", tt.failClosed, log.String())
+		}
+		if n := strings.Count(log.String(), "\n"); float64(n) > 1+secs {
+			t.Errorf("FailClosed %v: %d requests in %.2fs logged %d lines, want one a second:\n%s", tt.failClosed, requests, secs, n, log.String())
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/lograte"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
 )
 
 // grpcLogger takes grpc-go's log lines (a failed handshake, a broken
