@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/floodgate/floodgate/internal/lib/logctx"
 )
 
 // logFlags are --log-format and --log-level: how floodgate serve writes
@@ -63,13 +65,14 @@ func (l *logFlags) logger(w, stdout io.Writer) (*slog.Logger, banner, error) {
 		return nil, banner{}, err
 	}
 	o := &slog.HandlerOptions{Level: level}
+	// A line logged with a request's context carries its trace id.
 	if js {
 		// The banner is what serve prints, whatever the level: as records,
 		// so that stdout is JSON only, too.
 		b := banner{json: slog.New(slog.NewJSONHandler(stdout, nil)).With("component", "serve")}
-		return slog.New(slog.NewJSONHandler(w, o)), b, nil
+		return slog.New(logctx.NewHandler(slog.NewJSONHandler(w, o))), b, nil
 	}
-	return slog.New(slog.NewTextHandler(w, o)), banner{text: stdout}, nil
+	return slog.New(logctx.NewHandler(slog.NewTextHandler(w, o))), banner{text: stdout}, nil
 }
 
 // banner prints the startup lines (the version, the store, the rules,

@@ -50,7 +50,7 @@ func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, log *slog.Lo
 		httpjson.Problem(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		log.Error("floodgate: /json failed", "error", err.Error())
+		log.ErrorContext(r.Context(), "floodgate: /json failed", "error", err.Error())
 		httpjson.Problem(w, http.StatusInternalServerError, err.Error())
 		return
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/floodgate/floodgate/internal/lib/arith"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/httpjson"
+	"github.com/floodgate/floodgate/internal/lib/logctx"
 	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"github.com/floodgate/floodgate/internal/server/dash"
 	"github.com/floodgate/floodgate/internal/server/service"
@@ -64,7 +65,8 @@ type Options struct {
 	Dashboard *dash.Dashboard
 	// Logger receives store failures, a line a second at most, counting
 	// those held back ("suppressed"), as a failing store fails every
-	// request. Default: slog.Default().
+	// request; with the request's context, which carries the trace id of
+	// a valid traceparent header (see logctx). Default: slog.Default().
 	Logger *slog.Logger
 	// TrustedProxies are the proxies whose client address header the
 	// forward auth endpoint (/v1/auth) believes for {ip}. Default: none,
@@ -175,7 +177,19 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 		}
 		problem(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path+" (see GET /v1/rules, POST /v1/check)")
 	})
-	return mux
+	return traced(mux)
+}
+
+// traced passes to h the requests, with the trace id of their W3C
+// traceparent header, when valid, in their context, for the log lines
+// about them (logctx.NewHandler adds it to those).
+func traced(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := logctx.ParseTraceparent(r.Header.Get("Traceparent")); ok {
+			r = r.WithContext(logctx.WithTraceID(r.Context(), id))
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
@@ -234,7 +248,7 @@ func (a *api) decide(ctx context.Context, c CheckRequest) (CheckResponse, int) {
 	if err != nil {
 		status := statusOf(err)
 		if status >= 500 && !errors.Is(err, floodgate.ErrKey) { // the service logs those
-			a.o.Logger.Error("floodgate: check failed", "rule", c.Rule, "error", err.Error())
+			a.o.Logger.ErrorContext(ctx, "floodgate: check failed", "rule", c.Rule, "error", err.Error())
 		}
 		return CheckResponse{Rule: c.Rule, Error: err.Error(), Status: status}, status
 	}
@@ -321,7 +335,7 @@ func (a *api) settle(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status := statusOf(err)
 		if status >= 500 && !errors.Is(err, floodgate.ErrKey) { // the service logs those
-			a.o.Logger.Error("floodgate: settle failed", "rule", c.Rule, "error", err.Error())
+			a.o.Logger.ErrorContext(r.Context(), "floodgate: settle failed", "rule", c.Rule, "error", err.Error())
 		}
 		problem(w, status, err.Error())
 		return

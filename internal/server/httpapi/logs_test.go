@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/logctx"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
 	"github.com/floodgate/floodgate/internal/server/service"
@@ -46,7 +47,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 
 // TestStoreFailureLogBounded: a store failing every check logs a line a
-// second, not one a request, and the next line counts those held back.
+// second, not one a request, with the trace id of a traceparent header.
 func TestStoreFailureLogBounded(t *testing.T) {
 	mem := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { mem.Close() })
@@ -55,13 +56,16 @@ func TestStoreFailureLogBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf syncBuffer
-	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(logctx.NewHandler(slog.NewTextHandler(&buf, nil)))})
 	const requests = 200
 	start := time.Now()
-	for range requests {
+	for i := range requests {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"rule":"example","key":"k"}`))
 		req.Header.Set("Content-Type", "application/json")
+		if i == 0 { // the line logged: with the trace id of its request
+			req.Header.Set("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		}
 		h.ServeHTTP(rec, req)
 		if rec.Code < 500 {
 			t.Fatalf("status %d, want a 5xx: %s", rec.Code, rec.Body)
@@ -75,7 +79,7 @@ func TestStoreFailureLogBounded(t *testing.T) {
 	if lines < 1 || float64(lines) > 1+secs {
 		t.Errorf("%d requests in %.2fs logged %d lines, want 1 and at most one a second more:\n%s", requests, secs, lines, out)
 	}
-	if !strings.Contains(out, `msg="floodgate: check failed" rule=example`) {
+	if !strings.Contains(out, `msg="floodgate: check failed" rule=example`) || !strings.Contains(out, "trace_id=4bf92f3577b34da6a3ce929d0e0e4736") {
 		t.Errorf("no line for the failed check:\n%s", out)
 	}
 }

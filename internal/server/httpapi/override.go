@@ -66,7 +66,7 @@ func (a *api) putOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.svc.SetOverride(r.Context(), rule, key, o); err != nil {
-		a.overrideFailed(w, "set", rule, err)
+		a.overrideFailed(w, r, "set", rule, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, newOverrideInfo(service.Override{Rule: rule, Key: key, Limits: o.Limits, TTL: o.TTL}))
@@ -76,7 +76,7 @@ func (a *api) getOverride(w http.ResponseWriter, r *http.Request) {
 	rule, key := r.PathValue("rule"), r.PathValue("key")
 	o, ok, err := a.svc.GetOverride(r.Context(), rule, key)
 	if err != nil {
-		a.overrideFailed(w, "get", rule, err)
+		a.overrideFailed(w, r, "get", rule, err)
 		return
 	}
 	if !ok {
@@ -94,7 +94,7 @@ func (a *api) deleteOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := a.svc.DeleteOverride(r.Context(), rule, key, st); err != nil {
-		a.overrideFailed(w, "delete", rule, err)
+		a.overrideFailed(w, r, "delete", rule, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -103,7 +103,7 @@ func (a *api) deleteOverride(w http.ResponseWriter, r *http.Request) {
 func (a *api) listOverrides(w http.ResponseWriter, r *http.Request) {
 	list, more, err := a.svc.ListOverrides(r.Context(), r.URL.Query().Get("rule"))
 	if err != nil {
-		a.overrideFailed(w, "list", r.URL.Query().Get("rule"), err)
+		a.overrideFailed(w, r, "list", r.URL.Query().Get("rule"), err)
 		return
 	}
 	out := make([]OverrideInfo, len(list))
@@ -113,10 +113,10 @@ func (a *api) listOverrides(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"overrides": out, "truncated": more})
 }
 
-func (a *api) overrideFailed(w http.ResponseWriter, what, rule string, err error) {
+func (a *api) overrideFailed(w http.ResponseWriter, r *http.Request, what, rule string, err error) {
 	status := statusOf(err)
 	if status >= 500 {
-		a.o.Logger.Error("floodgate: override "+what+" failed", "rule", rule, "error", err.Error())
+		a.o.Logger.ErrorContext(r.Context(), "floodgate: override "+what+" failed", "rule", rule, "error", err.Error())
 	}
 	problem(w, status, err.Error())
 }

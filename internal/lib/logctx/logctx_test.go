@@ -1,0 +1,56 @@
+package logctx
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestParseTraceparent(t *testing.T) {
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	tests := []struct {
+		in   string
+		want string // "": rejected
+	}{
+		{"00-" + trace + "-00f067aa0ba902b7-01", trace},
+		{"00-" + trace + "-00f067aa0ba902b7-00", trace},
+		{"01-" + trace + "-00f067aa0ba902b7-01-extra", trace}, // a later version's field
+		{"01-" + trace + "-00f067aa0ba902b7-01", trace},
+		{"00-" + trace + "-00f067aa0ba902b7-01-extra", ""}, // 00 has no more fields
+		{"01-" + trace + "-00f067aa0ba902b7-01x", ""},
+		{"ff-" + trace + "-00f067aa0ba902b7-01", ""}, // invalid version
+		{"00-" + strings.ToUpper(trace) + "-00f067aa0ba902b7-01", ""},
+		{"00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""},
+		{"00-" + trace + "-0000000000000000-01", ""},
+		{"00-" + trace + "-00f067aa0ba902b7-0g", ""},
+		{"00-" + trace[:31] + "-00f067aa0ba902b7-01", ""},
+		{"00_" + trace + "-00f067aa0ba902b7-01", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		got, ok := ParseTraceparent(tt.in)
+		if got != tt.want || ok != (tt.want != "") {
+			t.Errorf("ParseTraceparent(%q) = %q, %v; want %q", tt.in, got, ok, tt.want)
+		}
+	}
+}
+
+func TestHandler(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(NewHandler(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))).With("component", "http")
+	ctx := context.Background()
+	log.ErrorContext(ctx, "no trace")
+	log.ErrorContext(WithTraceID(ctx, "abc"), "traced", "rule", "api")
+	want := "level=ERROR msg=\"no trace\" component=http\nlevel=ERROR msg=traced component=http rule=api trace_id=abc\n"
+	if buf.String() != want {
+		t.Errorf("logged:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
