@@ -1,11 +1,13 @@
 package charttest
 
 import (
-	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -64,16 +66,7 @@ type prometheusRule struct {
 	Kind       string     `json:"kind"`
 	Metadata   objectMeta `json:"metadata"`
 	Spec       struct {
-		Groups []struct {
-			Name  string `json:"name"`
-			Rules []struct {
-				Alert       string            `json:"alert"`
-				Expr        string            `json:"expr"`
-				For         string            `json:"for,omitempty"`
-				Labels      map[string]string `json:"labels"`
-				Annotations map[string]string `json:"annotations"`
-			} `json:"rules"`
-		} `json:"groups"`
+		Groups []ruleGroup `json:"groups"`
 	} `json:"spec"`
 }
 
@@ -81,7 +74,8 @@ type prometheusRule struct {
 type rendered struct {
 	deployment      *appsv1.Deployment
 	services        map[string]*corev1.Service // by name
-	configMaps      []*corev1.ConfigMap
+	configMaps      []*corev1.ConfigMap        // the rules'
+	dashboards      []*corev1.ConfigMap        // Grafana's, by their floodgate.json
 	serviceAccounts []*corev1.ServiceAccount
 	pdb             *policyv1.PodDisruptionBudget
 	hpa             *autoscalingv2.HorizontalPodAutoscaler
@@ -104,8 +98,8 @@ var sets = []struct {
 		if _, ok := env["FLOODGATE_REDIS"]; ok {
 			t.Error("the default values use Redis; want the embedded store")
 		}
-		if r.pdb == nil || r.hpa != nil || r.serviceMonitor != nil || r.prometheusRule != nil {
-			t.Errorf("default: pdb %v, hpa %v, monitor %v, rule %v; want only the PDB", r.pdb != nil, r.hpa != nil, r.serviceMonitor != nil, r.prometheusRule != nil)
+		if r.pdb == nil || r.hpa != nil || r.serviceMonitor != nil || r.prometheusRule != nil || len(r.dashboards) > 0 {
+			t.Errorf("default: pdb %v, hpa %v, monitor %v, rule %v, dashboards %d; want only the PDB", r.pdb != nil, r.hpa != nil, r.serviceMonitor != nil, r.prometheusRule != nil, len(r.dashboards))
 		}
 		if n := len(r.deployment.Spec.Template.Spec.TopologySpreadConstraints); n != 2 {
 			t.Errorf("%d topology spread constraints, want 2 (nodes and zones)", n)
@@ -183,20 +177,41 @@ var sets = []struct {
 			if !slices.ContainsFunc(http.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == sm.Spec.Endpoints[0].Port }) {
 				t.Errorf("the ServiceMonitor scrapes port %q, which the HTTP Service lacks", sm.Spec.Endpoints[0].Port)
 			}
+			// The PrometheusRule holds the alerts file's rules, on the job
+			// Prometheus gives the HTTP Service's endpoints.
 			if r.prometheusRule == nil {
 				t.Fatal("no PrometheusRule")
 			}
-			var alerts []string
-			for _, g := range r.prometheusRule.Spec.Groups {
-				for _, rule := range g.Rules {
-					alerts = append(alerts, rule.Alert)
-					checkMetricNames(t, rule.Alert, rule.Expr)
-				}
+			if got, want := r.prometheusRule.Spec.Groups, chartRules(t, http.Name); !reflect.DeepEqual(got, want) {
+				g, _ := json.MarshalIndent(got, "", " ")
+				w, _ := json.MarshalIndent(want, "", " ")
+				t.Errorf("the PrometheusRule's rules differ from %s on job %s:\n got %s\nwant %s", alertsFile, http.Name, g, w)
 			}
-			for _, a := range []string{"FloodgateDown", "FloodgateFallbackAnswering", "FloodgateErrorRate"} {
-				if !slices.Contains(alerts, a) {
-					t.Errorf("alert %s missing: %v", a, alerts)
-				}
+			if len(r.dashboards) > 0 {
+				t.Error("a dashboard ConfigMap with monitoring.grafanaDashboard.enabled false")
+			}
+		}},
+	{name: "grafana-dashboard", values: "monitoring: {grafanaDashboard: {enabled: true, namespace: grafana, annotations: {grafana_folder: Rate limits}}}\n",
+		check: func(t *testing.T, r *rendered, env map[string]string) {
+			if len(r.dashboards) != 1 {
+				t.Fatalf("%d dashboard ConfigMaps, want 1", len(r.dashboards))
+			}
+			c := r.dashboards[0]
+			want, err := os.ReadFile(dashboardFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Data["floodgate.json"] != string(want) {
+				t.Errorf("the ConfigMap's floodgate.json differs from %s", dashboardFile)
+			}
+			if c.Labels["grafana_dashboard"] != "1" || c.Namespace != "grafana" || c.Annotations["grafana_folder"] != "Rate limits" {
+				t.Errorf("dashboard ConfigMap %s/%s labels %v annotations %v, want grafana_dashboard=1 in grafana, folder Rate limits", c.Namespace, c.Name, c.Labels, c.Annotations)
+			}
+		}},
+	{name: "grafana-dashboard-label", values: "monitoring: {grafanaDashboard: {enabled: true, label: example.com/dashboard, labelValue: floodgate}}\n",
+		check: func(t *testing.T, r *rendered, env map[string]string) {
+			if len(r.dashboards) != 1 || r.dashboards[0].Labels["example.com/dashboard"] != "floodgate" || r.dashboards[0].Namespace != "" {
+				t.Fatalf("dashboards %+v, want one labelled example.com/dashboard=floodgate in the release's namespace", r.dashboards)
 			}
 		}},
 }
@@ -209,6 +224,8 @@ var bad = []struct{ name, values, wantErr string }{
 	{"unknown fallback", "redis: {fallback: maybe}\n", "fallback"},
 	{"bad duration", "watch: soon\n", "watch"},
 	{"tls without a secret", "tls: {enabled: true}\n", "tls.secretName"},
+	{"removed errorRatio", "prometheusRule: {enabled: true, errorRatio: 0.05}\n", "errorRatio"},
+	{"dashboard label not a label", "monitoring: {grafanaDashboard: {enabled: true, label: \"grafana dashboard\"}}\n", "label"},
 }
 
 func TestLintDefault(t *testing.T) {
@@ -344,6 +361,13 @@ func render(t *testing.T, ch *chart.Chart, vals map[string]any) *rendered {
 	if r.deployment == nil {
 		t.Fatal("no Deployment")
 	}
+	r.configMaps = slices.DeleteFunc(r.configMaps, func(c *corev1.ConfigMap) bool {
+		_, dash := c.Data["floodgate.json"]
+		if dash {
+			r.dashboards = append(r.dashboards, c)
+		}
+		return dash
+	})
 	return r
 }
 
@@ -558,20 +582,6 @@ func newService(t *testing.T) *service.Service {
 		t.Fatal(err)
 	}
 	return svc
-}
-
-// checkMetricNames checks that every floodgate_ metric an alert names is
-// one floodgate exports.
-func checkMetricNames(t *testing.T, alert, expr string) {
-	t.Helper()
-	var buf bytes.Buffer
-	newService(t).Metrics.Write(&buf)
-	exported := buf.String()
-	for _, name := range regexp.MustCompile(`floodgate_[a-z_]+`).FindAllString(expr, -1) {
-		if !strings.Contains(exported, "# TYPE "+name+" ") {
-			t.Errorf("alert %s uses %s, which floodgate does not export", alert, name)
-		}
-	}
 }
 
 func mapKeys[V any](m map[string]V) []string {
