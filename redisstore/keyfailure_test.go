@@ -25,6 +25,11 @@ func TestWrapKeyFailure(t *testing.T) {
 		{"NOPERM this user has no permissions to run the 'evalsha' command", true, "redis: NOPERM"},
 		{"ERR The user executing the script can't access at least one of the keys mentioned in the command arguments", true,
 			"redis: NOPERM permission denied in the script: The user executing the script can't access"},
+		// Redis 7.2's and Valkey 8's words for the same refusals.
+		{"NOPERM No permissions to access a key", true, "redis: NOPERM No permissions"},
+		{"NOPERM User floodgate has no permissions to run the 'evalsha' command", true, "redis: NOPERM User"},
+		{"ERR ACL failure in script: No permissions to access a key script: abc, on @user_script:1.", true,
+			"redis: NOPERM permission denied in the script: ACL failure in script: No permissions"},
 		{"FLOODGATE unknown limit kind 9", false, "redis: unknown limit kind 9"},
 		{"LOADING Redis is loading the dataset in memory", false, "redis: LOADING"},
 		{"READONLY You can't write against a read only replica.", false, "redis: READONLY"},
@@ -65,6 +70,30 @@ func TestCause(t *testing.T) {
 		got := s.Cause()
 		if (got == nil) != (st.want == "") || (got != nil && !strings.Contains(got.Error(), st.want)) {
 			t.Errorf("step %d: Cause() = %v, want %q", i, got, st.want)
+		}
+	}
+}
+
+// TestRefusedKey: an ACL's refusal of a key, in Redis 7.0's words and in
+// Redis 7.2's and Valkey's, sends a batch again call by call; a refused
+// command or another key error does not.
+func TestRefusedKey(t *testing.T) {
+	tests := []struct {
+		reply string
+		want  bool
+	}{
+		{"NOPERM this user has no permissions to access one of the keys used as arguments", true},
+		{"NOPERM No permissions to access a key", true},
+		{"NOPERM User u has no permissions to access the 'k' key", true},
+		{"NOPERM User u has no permissions to run the 'evalsha' command", false},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", false},
+		{"ERR no permissions to access, said nobody", false},
+	}
+	s := &Store{}
+	for _, tt := range tests {
+		err := s.wrap(context.Background(), errors.New(tt.reply))
+		if got := refusedKey(err); got != tt.want {
+			t.Errorf("refusedKey(%v) = %v, want %v", err, got, tt.want)
 		}
 	}
 }

@@ -759,9 +759,10 @@ func (s *Store) wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: redis: %w", floodgate.ErrStore, err)
 }
 
-// scriptRefusal starts the error that Redis gives a script whose
-// command an ACL refuses (a key or a command the user may not use).
-const scriptRefusal = "ERR The user executing the script can't"
+// scriptRefusals start the error that the server gives a script whose
+// command an ACL refuses (a key or a command the user may not use): Redis
+// 7.0's, and Redis 7.2's and Valkey's.
+var scriptRefusals = [...]string{"ERR The user executing the script can't", "ERR ACL failure in script: "}
 
 // keyFailure reports whether msg, a Redis reply's error, is about one
 // key rather than the server: the scripts' own "FLOODGATE wrong type" and
@@ -777,8 +778,11 @@ func keyFailure(msg string) (string, bool) {
 		return msg[len("FLOODGATE "):], true
 	case strings.HasPrefix(msg, "WRONGTYPE"), strings.HasPrefix(msg, "NOPERM"):
 		return msg, true
-	case strings.HasPrefix(msg, scriptRefusal):
-		return "NOPERM permission denied in the script: " + msg[len("ERR "):], true
+	}
+	for _, p := range scriptRefusals {
+		if strings.HasPrefix(msg, p) {
+			return "NOPERM permission denied in the script: " + msg[len("ERR "):], true
+		}
 	}
 	return "", false
 }
