@@ -5,6 +5,18 @@
 //
 // When redis-server is not installed the test is skipped, or fails when
 // $FLOODGATE_REQUIRE_REDIS is 1 (floodgate's test script sets it in CI).
+//
+// The environment chooses the server and the user the tests run as, so
+// that scripts/test can run the same suites several ways:
+//   - $FLOODGATE_REDIS_SERVER names the server binary (default
+//     redis-server; valkey-server runs them on Valkey). Sentinels are the
+//     same binary with --sentinel. $FLOODGATE_REDIS_CLI names the cli
+//     (default valkey-cli for a valkey server, else redis-cli).
+//   - $FLOODGATE_REDIS_ACL=1 creates, on every server started, the user
+//     "floodgate" with exactly the store's ACL commands
+//     (redisstore.ACLCommands) on every key, and Client, URL and the
+//     Sentinel's URL log in as it; Admin stays the default user, for what
+//     tests do beyond the store (CONFIG SET, FLUSHALL, SLOWLOG, DEBUG).
 package redistest
 
 import (
@@ -21,9 +33,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/lib/redisacl"
 	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 	"github.com/redis/go-redis/v9"
 )
+
+// ACLUser and ACLPassword are the user Client logs in as when
+// $FLOODGATE_REDIS_ACL is 1.
+const (
+	ACLUser     = "floodgate"
+	ACLPassword = "floodgate-test"
+)
+
+// ServerBin returns the server binary the tests run:
+// $FLOODGATE_REDIS_SERVER, or redis-server.
+func ServerBin() string {
+	if b := os.Getenv("FLOODGATE_REDIS_SERVER"); b != "" {
+		return b
+	}
+	return "redis-server"
+}
+
+// CLIBin returns the cli matching ServerBin: $FLOODGATE_REDIS_CLI, or
+// valkey-cli beside a valkey server, or redis-cli.
+func CLIBin() string {
+	if b := os.Getenv("FLOODGATE_REDIS_CLI"); b != "" {
+		return b
+	}
+	if strings.HasPrefix(filepath.Base(ServerBin()), "valkey") {
+		return "valkey-cli"
+	}
+	return "redis-cli"
+}
+
+// ACL reports whether the tests run as the ACL user
+// ($FLOODGATE_REDIS_ACL=1).
+func ACL() bool { return os.Getenv("FLOODGATE_REDIS_ACL") == "1" }
 
 // Server is one redis-server process.
 type Server struct {
@@ -34,6 +79,8 @@ type Server struct {
 	cmd  *exec.Cmd
 	dir  string
 	args []string
+	pass string // the default user's, from --requirepass
+	acl  bool   // the ACL user exists on it
 }
 
 func need(t testing.TB, bin string) string {
@@ -41,7 +88,7 @@ func need(t testing.TB, bin string) string {
 	p, err := exec.LookPath(bin)
 	if err != nil {
 		if os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
-			t.Fatalf("%s not found: install it (Debian: apt-get install redis-server); scripts/test does", bin)
+			t.Fatalf("%s not found: install it (Debian: apt-get install redis-server, or valkey-server from bookworm-backports); scripts/test does", bin)
 		}
 		t.Skipf("%s not found; skipping (scripts/test installs it)", bin)
 	}
@@ -63,7 +110,7 @@ func FreePort(t testing.TB) int {
 // arguments are passed to redis-server ("--maxmemory", "1mb", ...).
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
-	bin := need(t, "redis-server")
+	bin := need(t, ServerBin())
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
 		s, err := start(t, bin, FreePort(t), extra)
@@ -72,7 +119,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		}
 		last = err
 	}
-	t.Fatalf("starting redis-server: %v", last)
+	t.Fatalf("starting %s: %v", bin, last)
 	return nil
 }
 
@@ -82,7 +129,14 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
 	}, extra...)
-	return launch(t, bin, port, dir, args, "redis.log", nil)
+	s, err := launch(t, bin, port, dir, args, "redis.log", nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.prepare(extra); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // StartTLS starts a standalone redis-server that speaks only TLS, with
@@ -91,23 +145,33 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 // TLS field is a client configuration that it accepts.
 func StartTLS(t testing.TB, f tlstest.Files, extra ...string) *Server {
 	t.Helper()
-	bin := need(t, "redis-server")
+	bin := need(t, ServerBin())
 	cfg := tlstest.ClientConfig(t, f, true)
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
-		port := FreePort(t)
-		dir := t.TempDir()
-		args := append(append(tlsArgs(f, port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
-		), extra...)
-		s, err := launch(t, bin, port, dir, args, "redis.log", cfg)
+		s, err := startTLS(t, bin, FreePort(t), f, cfg, extra)
 		if err == nil {
 			return s
 		}
 		last = err
 	}
-	t.Fatalf("starting redis-server with TLS: %v", last)
+	t.Fatalf("starting %s with TLS: %v", bin, last)
 	return nil
+}
+
+func startTLS(t testing.TB, bin string, port int, f tlstest.Files, cfg *tls.Config, extra []string) (*Server, error) {
+	dir := t.TempDir()
+	args := append(append(tlsArgs(f, port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no",
+	), extra...)
+	s, err := launch(t, bin, port, dir, args, "redis.log", cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.prepare(extra); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // tlsArgs are the arguments of a redis-server that speaks only TLS on
@@ -117,6 +181,40 @@ func tlsArgs(f tlstest.Files, port int) []string {
 	return []string{"--port", "0", "--tls-port", strconv.Itoa(port),
 		"--tls-cert-file", f.Cert, "--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes",
 		"--tls-replication", "yes", "--tls-cluster", "yes"}
+}
+
+// prepare notes the default user's password from extra's --requirepass
+// and, under $FLOODGATE_REDIS_ACL=1, creates the ACL user; on failure it
+// stops the server.
+func (s *Server) prepare(extra []string) error {
+	for i := 0; i+1 < len(extra); i++ {
+		if extra[i] == "--requirepass" {
+			s.pass = extra[i+1]
+		}
+	}
+	if ACL() {
+		if err := s.createUser(); err != nil {
+			s.Stop()
+			return err
+		}
+		s.acl = true
+	}
+	return nil
+}
+
+// createUser creates the ACL user: the store's commands exactly, on every
+// key (tests use many prefixes), and the lifts' channel.
+func (s *Server) createUser() error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.pass, TLSConfig: s.TLS})
+	defer c.Close()
+	args := []any{"ACL", "SETUSER", ACLUser, "reset", "on", ">" + ACLPassword, "~*", "&" + redisacl.LiftsChannel}
+	for _, r := range strings.Fields(redisacl.Commands) {
+		args = append(args, r)
+	}
+	if err := c.Do(context.Background(), args...).Err(); err != nil {
+		return fmt.Errorf("creating the ACL user on %s: %w", s.Addr, err)
+	}
+	return nil
 }
 
 // launch runs bin with args as a server on port, stopped when t ends, and
@@ -177,22 +275,61 @@ func (s *Server) Restart(t testing.TB) {
 		}
 		s.cmd = cmd
 		if err = waitPing(s.Addr, s.TLS, 2*time.Second); err == nil {
+			if s.acl {
+				if err := s.createUser(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			return
 		}
 		s.Stop() // the port may still be held: try again
 	}
-	t.Fatalf("restarting redis-server on %s: %v", s.Addr, err)
+	t.Fatalf("restarting %s on %s: %v", s.cmd.Path, s.Addr, err)
 }
 
 // Signal sends sig to the server (SIGSTOP to make it hang, SIGCONT to
 // resume it).
 func (s *Server) Signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
 
-// Client returns a client for the server, closed when t ends.
+// Client returns a client for the server, closed when t ends: as the ACL
+// user when $FLOODGATE_REDIS_ACL is 1, else as the default user.
 func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: s.TLS})
+	o := &redis.Options{Addr: s.Addr, Password: s.pass, TLSConfig: s.TLS}
+	if s.acl {
+		o.Username, o.Password = ACLUser, ACLPassword
+	}
+	c := redis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Admin returns a client for the server as the default user, allowed
+// every command, closed when t ends.
+func (s *Server) Admin(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.pass, TLSConfig: s.TLS})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// URL returns the server's redis:// URL, with the ACL user's name and
+// password when $FLOODGATE_REDIS_ACL is 1.
+func (s *Server) URL() string {
+	if s.acl {
+		return "redis://" + ACLUser + ":" + ACLPassword + "@" + s.Addr
+	}
+	if s.pass != "" {
+		return "redis://:" + s.pass + "@" + s.Addr
+	}
+	return "redis://" + s.Addr
+}
+
+// User returns the user name and password Client logs in with ("" for
+// the default user without a password).
+func (s *Server) User() (name, password string) {
+	if s.acl {
+		return ACLUser, ACLPassword
+	}
+	return "", s.pass
 }
 
 // Cluster is a Redis Cluster of masters with no replicas.
@@ -222,8 +359,8 @@ func StartTLSCluster(t testing.TB, masters int, f tlstest.Files) *Cluster {
 
 func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
 	t.Helper()
-	bin := need(t, "redis-server")
-	cli := need(t, "redis-cli")
+	bin := need(t, ServerBin())
+	cli := need(t, CLIBin())
 	c := &Cluster{}
 	var cliTLS []string
 	if f != nil {
@@ -239,10 +376,7 @@ func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
 			if f == nil {
 				s, err = start(t, bin, port, clusterArgs)
 			} else {
-				dir := t.TempDir()
-				args := append(append(tlsArgs(*f, port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-					"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no"), clusterArgs...)
-				s, err = launch(t, bin, port, dir, args, "redis.log", c.TLS)
+				s, err = startTLS(t, bin, port, *f, c.TLS, clusterArgs)
 			}
 			if err == nil {
 				break
@@ -260,7 +394,7 @@ func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+		t.Fatalf("%s --cluster create: %v\n%s", cli, err, out)
 	}
 	for _, addr := range c.Addrs {
 		if err := waitClusterOK(addr, c.TLS, 10*time.Second); err != nil {
@@ -283,8 +417,18 @@ func waitClusterOK(addr string, tc *tls.Config, within time.Duration) error {
 	return fmt.Errorf("cluster node %s not ok within %s:\n%s", addr, within, info)
 }
 
-// Client returns a cluster client, closed when t ends.
+// Client returns a cluster client, closed when t ends: as the ACL user
+// when $FLOODGATE_REDIS_ACL is 1.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	o := &redis.ClusterOptions{Addrs: c.Addrs, TLSConfig: c.TLS}
+	o.Username, o.Password = c.Servers[0].User()
+	cc := redis.NewClusterClient(o)
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// Admin returns a cluster client as the default user, closed when t ends.
+func (c *Cluster) Admin(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, TLSConfig: c.TLS})
 	t.Cleanup(func() { cc.Close() })
 	return cc
@@ -317,7 +461,7 @@ func StartTLSSentinel(t testing.TB, f tlstest.Files) *Sentinel {
 
 func startSentinelSet(t testing.TB, f *tlstest.Files) *Sentinel {
 	t.Helper()
-	bin := need(t, "redis-server")
+	bin := need(t, ServerBin())
 	startServer := Start
 	if f != nil {
 		startServer = func(t testing.TB, extra ...string) *Server { return StartTLS(t, *f, extra...) }
@@ -405,11 +549,16 @@ sentinel parallel-syncs mymaster 1
 	return launch(t, bin, port, dir, []string{conf, "--sentinel"}, "sentinel.log", tc)
 }
 
-// URL is the redis+sentinel:// URL of the master, naming every Sentinel.
+// URL is the redis+sentinel:// URL of the master, naming every Sentinel;
+// with $FLOODGATE_REDIS_ACL=1 it logs in to the master as the ACL user
+// (the Sentinels themselves have no users).
 func (s *Sentinel) URL() string {
 	u := "redis+sentinel://" + s.Sentinels[0].Addr + "/0?master_name=" + s.MasterName
 	for _, sen := range s.Sentinels[1:] {
 		u += "&addr=" + sen.Addr
+	}
+	if s.Master.acl {
+		u += "&username=" + ACLUser + "&password=" + ACLPassword
 	}
 	return u
 }
