@@ -137,19 +137,28 @@ func TestLogWork(t *testing.T) {
 func TestBatchLogWorkBounded(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		client  func(t *testing.T) redis.UniversalClient
+		clients func(t *testing.T) (client, admin redis.UniversalClient)
 		oneSlot bool
 	}{
-		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }, false},
-		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) }, true},
+		{"standalone", func(t *testing.T) (redis.UniversalClient, redis.UniversalClient) {
+			s := redistest.Start(t)
+			return s.Client(t), s.Admin(t)
+		}, false},
+		{"cluster", func(t *testing.T) (redis.UniversalClient, redis.UniversalClient) {
+			c := redistest.StartCluster(t, 3)
+			return c.Client(t), c.Admin(t)
+		}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			testBatchLogWorkBounded(t, tt.client(t), tt.oneSlot)
+			client, admin := tt.clients(t)
+			testBatchLogWorkBounded(t, client, admin, tt.oneSlot)
 		})
 	}
 }
 
-func testBatchLogWorkBounded(t *testing.T, client redis.UniversalClient, oneSlot bool) {
+// testBatchLogWorkBounded runs the store on client and reads the slow log
+// with admin (the default user: the ACL user may not).
+func testBatchLogWorkBounded(t *testing.T, client, admin redis.UniversalClient, oneSlot bool) {
 	const calls = 128
 	// The keys, and one more to load the scripts with: k0, k1, ..., or on a
 	// Cluster the first of those whose slot is k0's (one in 16384).
@@ -169,10 +178,10 @@ func testBatchLogWorkBounded(t *testing.T, client redis.UniversalClient, oneSlot
 	servers := func(f func(c *redis.Client) error) {
 		t.Helper()
 		var err error
-		if cc, ok := client.(*redis.ClusterClient); ok {
+		if cc, ok := admin.(*redis.ClusterClient); ok {
 			err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return f(c) })
 		} else {
-			err = f(client.(*redis.Client))
+			err = f(admin.(*redis.Client))
 		}
 		if err != nil {
 			t.Fatal(err)

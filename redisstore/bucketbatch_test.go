@@ -35,14 +35,15 @@ func TestBucketBatch(t *testing.T) {
 		batch := tt.batch
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			client := redistest.Start(t).Client(t)
+			srv := redistest.Start(t)
+			client, admin := srv.Client(t), srv.Admin(t)
 			st := newStore(t, client, &redisstore.Options{Prefix: "bb:", Clock: storetest.NewClock(storetest.Base), DisableFunctions: tt.noFns})
 			if tt.slow {
 				st.DisableFastPath()
 			}
 			lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 3))
 			pol := hourBucket(t, st, 3)
-			if err := client.LPush(ctx, "bb:{list}:0b", "x").Err(); err != nil {
+			if err := admin.LPush(ctx, "bb:{list}:0b", "x").Err(); err != nil {
 				t.Fatal(err)
 			}
 			if err := lim.SetOverride(ctx, "lone", floodgate.Override{Limits: []floodgate.Limit{floodgate.TokenBucket(1, time.Hour, 5)}}, floodgate.AsIs); err != nil {
@@ -200,19 +201,21 @@ func TestBatchSharedKeys(t *testing.T) {
 // whose override only decide.lua decides goes there whole, and a group
 // with a key of foreign data fails whole, charging nothing.
 func TestGroupFastPath(t *testing.T) {
-	client := redistest.Start(t).Client(t)
-	t.Run("functions", func(t *testing.T) { testGroupFastPath(t, client, "gf:", false) })
-	t.Run("scripts", func(t *testing.T) { testGroupFastPath(t, client, "gs:", true) })
+	srv := redistest.Start(t)
+	client, admin := srv.Client(t), srv.Admin(t)
+	t.Run("functions", func(t *testing.T) { testGroupFastPath(t, client, admin, "gf:", false) })
+	t.Run("scripts", func(t *testing.T) { testGroupFastPath(t, client, admin, "gs:", true) })
 }
 
-func testGroupFastPath(t *testing.T, client *redis.Client, prefix string, noFns bool) {
+// testGroupFastPath decides on client; admin writes the foreign data.
+func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string, noFns bool) {
 	ctx := context.Background()
 	st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: storetest.NewClock(storetest.Base), DisableFunctions: noFns})
 	lim := limiter(t, st, floodgate.FixedWindow(3, time.Hour))
 	if err := lim.SetOverride(ctx, "two", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(9, time.Hour), floodgate.PerSecond(5)}}, floodgate.AsIs); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.LPush(ctx, prefix+"{list}:0f", "x").Err(); err != nil {
+	if err := admin.LPush(ctx, prefix+"{list}:0f", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	type want struct {
@@ -370,7 +373,8 @@ func bucketAndWindow(t *testing.T) []core.Spec {
 // each is still decided as it would be alone.
 func TestBatchNewKeys(t *testing.T) {
 	ctx := context.Background()
-	client := redistest.Start(t).Client(t)
+	srv := redistest.Start(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	for _, tt := range []struct {
 		name        string
 		keys, group []string
@@ -392,7 +396,7 @@ func TestBatchNewKeys(t *testing.T) {
 				}
 				suffix := map[core.Kind]string{core.Bucket: "0b", core.Fixed: "0f"}[sp.Kind]
 				if tt.list != "" {
-					if err := client.LPush(ctx, prefix+"{"+tt.list+"}:"+suffix, "x").Err(); err != nil {
+					if err := admin.LPush(ctx, prefix+"{"+tt.list+"}:"+suffix, "x").Err(); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -406,7 +410,7 @@ func TestBatchNewKeys(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := client.ConfigResetStat(ctx).Err(); err != nil {
+				if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 					t.Fatal(err)
 				}
 				ds, errs, gds, gerr := st.TakeBatchGroup(ctx, pol, tt.keys, tt.group, 1)
@@ -474,7 +478,8 @@ func TestBatchNewKeys(t *testing.T) {
 // written on a key that holds nothing, by a lone bucket's override, and
 // a refund of 0 as a peek.
 func TestBatchRefunds(t *testing.T) {
-	client := redistest.Start(t).Client(t)
+	srv := redistest.Start(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	type req struct {
 		key       string
 		n         int64 // below 0: a refund of -n
@@ -499,7 +504,7 @@ func TestBatchRefunds(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
 				const prefix = "br:"
-				client.FlushAll(ctx)
+				admin.FlushAll(ctx)
 				st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: storetest.NewClock(storetest.Base)})
 				if slow {
 					st.DisableFastPath()

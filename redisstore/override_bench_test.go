@@ -110,7 +110,7 @@ func commandStats(tb testing.TB, client redis.UniversalClient, names ...string) 
 // once per process: every decision after the first is one script call.
 func TestOverrideOfAnotherKindOneCall(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	for _, batching := range []bool{false, true} {
 		st := redisstore.New(client, &redisstore.Options{DisableBatching: !batching})
@@ -122,7 +122,7 @@ func TestOverrideOfAnotherKindOneCall(t *testing.T) {
 		if _, err := lim.Allow(ctx, "k"); err != nil { // the fast path hands it over
 			t.Fatal(err)
 		}
-		client.ConfigResetStat(ctx)
+		admin.ConfigResetStat(ctx)
 		const n = 50
 		for range n {
 			if r, err := lim.Allow(ctx, "k"); err != nil || !r.Overridden || r.Quota != 1000 {
@@ -141,7 +141,7 @@ func TestOverrideOfAnotherKindOneCall(t *testing.T) {
 				t.Fatalf("Allow after the override went = %+v, %v", r, err)
 			}
 		}
-		client.ConfigResetStat(ctx)
+		admin.ConfigResetStat(ctx)
 		if _, err := lim.Allow(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}

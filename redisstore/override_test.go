@@ -17,7 +17,7 @@ import (
 // written.
 func TestOverrideOnCorruptStateChangesNothing(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	st := newStore(t, client, &redisstore.Options{Prefix: "c:"})
 	lim := limiter(t, st, floodgate.PerSecond(10), floodgate.FixedWindow(100, time.Minute))
@@ -41,7 +41,7 @@ func TestOverrideOnCorruptStateChangesNothing(t *testing.T) {
 			if err := client.Set(ctx, tt.corrupt, "garbage", 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			before, err := client.Keys(ctx, "c:{"+tt.key+"}*").Result()
+			before, err := admin.Keys(ctx, "c:{"+tt.key+"}*").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +61,7 @@ func TestOverrideOnCorruptStateChangesNothing(t *testing.T) {
 			if !errors.Is(err, floodgate.ErrStore) {
 				t.Fatalf("override over a corrupt state: %v, want ErrStore", err)
 			}
-			after, _ := client.Keys(ctx, "c:{"+tt.key+"}*").Result()
+			after, _ := admin.Keys(ctx, "c:{"+tt.key+"}*").Result()
 			if len(after) != len(before) {
 				t.Fatalf("keys before %v, after %v", before, after)
 			}

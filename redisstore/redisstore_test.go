@@ -91,7 +91,7 @@ func TestConformanceCluster(t *testing.T) {
 	client := cluster.Client(t)
 	storetest.Run(t, factory(client))
 	// The fast path ran as a function: its library is on every master.
-	err := client.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+	err := cluster.Admin(t).ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
 		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "floodgate_*"}).Result()
 		if err == nil && len(libs) != 1 {
 			err = fmt.Errorf("%s holds libraries %+v, want floodgate's", c.Options().Addr, libs)
@@ -136,7 +136,7 @@ func TestServerTime(t *testing.T) {
 	}
 	// The key lives until the bucket is full again, 2s, and at most a
 	// second after (see bucketExpiry).
-	ttl, err := srv.Client(t).PTTL(context.Background(), "floodgate:{user123}:0b").Result()
+	ttl, err := srv.Admin(t).PTTL(context.Background(), "floodgate:{user123}:0b").Result()
 	if err != nil || ttl < 2*time.Second-100*time.Millisecond || ttl > 3*time.Second {
 		t.Fatalf("key TTL = %s, %v; want the 2s reset, and at most a second more", ttl, err)
 	}
@@ -144,7 +144,7 @@ func TestServerTime(t *testing.T) {
 
 func TestHostileState(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	st := newStore(t, client, &redisstore.Options{Prefix: "h:"})
 	tests := []struct {
@@ -154,7 +154,7 @@ func TestHostileState(t *testing.T) {
 		setup func() error
 		want  string
 	}{
-		{"list where a bucket is", floodgate.PerSecond(1), "h:{a}:0b", func() error { return client.LPush(ctx, "h:{a}:0b", "x").Err() }, "wrong type"},
+		{"list where a bucket is", floodgate.PerSecond(1), "h:{a}:0b", func() error { return admin.LPush(ctx, "h:{a}:0b", "x").Err() }, "wrong type"},
 		{"garbage bucket", floodgate.PerSecond(1), "h:{b}:0b", func() error { return client.Set(ctx, "h:{b}:0b", "hello", 0).Err() }, "corrupt state"},
 		{"float bucket", floodgate.PerSecond(1), "h:{c}:0b", func() error { return client.Set(ctx, "h:{c}:0b", "1.5:0:1", 0).Err() }, "corrupt state"},
 		{"garbage window", floodgate.FixedWindow(1, time.Second), "h:{d}:0f", func() error { return client.Set(ctx, "h:{d}:0f", "12:13", 0).Err() }, "corrupt state"},
@@ -426,7 +426,7 @@ func TestOverrideMarksBucket(t *testing.T) {
 // carry's refund did the same).
 func TestRefundKeepsWindowKey(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	lim := limiter(t, newStore(t, client, &redisstore.Options{Prefix: "rk:"}), floodgate.FixedWindow(3, time.Hour))
 	key := "rk:{k}:0f"
@@ -451,7 +451,7 @@ func TestRefundKeepsWindowKey(t *testing.T) {
 		if _, err := step.do(); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
-		if ttl, l := client.PTTL(ctx, key).Val(), least(); ttl < l {
+		if ttl, l := admin.PTTL(ctx, key).Val(), least(); ttl < l {
 			t.Fatalf("after %s (step %d): the key expires in %v, before its window ends (want %v at least)", step.name, i, ttl, l)
 		}
 	}
@@ -522,7 +522,7 @@ func timedTake(t *testing.T, client *redis.Client, lim *floodgate.Limiter, i int
 // key's expiry already covers keeps it rather than setting another.
 func TestBucketExpiry(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	st := newStore(t, client, &redisstore.Options{Prefix: "be:"})
 	lim := limiter(t, st, floodgate.TokenBucket(10, time.Second, 10))
@@ -530,7 +530,7 @@ func TestBucketExpiry(t *testing.T) {
 	for i := range 10 {
 		before, r, after := timedTake(t, client, lim, i)
 		// The decision was made between before and after, on that clock.
-		at := client.PExpireTime(ctx, "be:{k}:0b").Val().Microseconds()
+		at := admin.PExpireTime(ctx, "be:{k}:0b").Val().Microseconds()
 		slack := max(time.Second, r.ResetAfter/4).Microseconds()
 		reset := r.ResetAfter.Microseconds()
 		if at < before+reset || at > after+reset+slack+1000 {
@@ -563,14 +563,14 @@ func TestBucketExpiry(t *testing.T) {
 // later charges in the window keep it.
 func TestWindowExpiry(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	st := newStore(t, client, &redisstore.Options{Prefix: "we:"})
 	lim := limiter(t, st, floodgate.FixedWindow(100, time.Hour))
 	var first int64
 	for i := range 3 {
 		before, r, after := timedTake(t, client, lim, i)
-		at := client.PExpireTime(ctx, "we:{k}:0f").Val().Microseconds()
+		at := admin.PExpireTime(ctx, "we:{k}:0f").Val().Microseconds()
 		end := r.ResetAfter.Microseconds() // from the decision, between before and after
 		if at < before+end || at > after+end+(15*time.Minute).Microseconds()+1000 {
 			t.Fatalf("take %d: expires %dµs after the decision began, want from the window's end, %dµs, to 15 minutes more", i, at-before, end)
@@ -620,7 +620,7 @@ func TestErrorsAreWrapped(t *testing.T) {
 // answers NOSCRIPT by sending the script again.
 func TestScriptReloaded(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	st := newStore(t, client, nil)
 	limits := []floodgate.Limit{floodgate.PerMinute(10)}
 	lim := limiter(t, st, limits...)
@@ -630,7 +630,7 @@ func TestScriptReloaded(t *testing.T) {
 		if err != nil || r.Remaining != int64(9-i) {
 			t.Fatalf("decision %d after SCRIPT FLUSH: %+v, %v", i, r, err)
 		}
-		if err := client.ScriptFlush(ctx).Err(); err != nil {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -643,7 +643,7 @@ func TestScriptReloaded(t *testing.T) {
 // key's.
 func TestKeyErrors(t *testing.T) {
 	srv := redistest.Start(t)
-	admin := srv.Client(t)
+	admin := srv.Admin(t)
 	ctx := context.Background()
 	tests := []struct {
 		name, keys string // the ACL user's key pattern
@@ -742,7 +742,7 @@ func TestKeyErrors(t *testing.T) {
 // is there.
 func TestFunctions(t *testing.T) {
 	srv := redistest.Start(t)
-	admin := srv.Client(t)
+	admin := srv.Admin(t)
 	ctx := context.Background()
 	tests := []struct {
 		name    string
@@ -844,7 +844,7 @@ func TestFunctions(t *testing.T) {
 // find it gone: no decision fails, and every key admits exactly its burst.
 func TestFunctionFlushUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
-	client := srv.Client(t)
+	client, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	st := newStore(t, client, &redisstore.Options{Prefix: "ffl:", MaxInflight: 1})
 	defer st.Close()
@@ -854,7 +854,7 @@ func TestFunctionFlushUnderLoad(t *testing.T) {
 	var admitted [keys]atomic.Int64
 	hammer(t, workers, tries, func(w, i int) error {
 		if w == 0 && i%5 == 0 {
-			if err := client.FunctionFlush(ctx).Err(); err != nil {
+			if err := admin.FunctionFlush(ctx).Err(); err != nil {
 				return err
 			}
 		}
@@ -1478,7 +1478,7 @@ func TestPipelinePerMaster(t *testing.T) {
 			if tc.flush {
 				for _, s := range cluster.Servers {
 					if s.Addr == master {
-						flushed = s.Client(t)
+						flushed = s.Admin(t)
 					}
 				}
 				if err := flushed.FunctionFlush(ctx).Err(); err != nil {

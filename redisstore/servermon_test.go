@@ -26,7 +26,7 @@ func (b *logBuf) count(s string) int { return strings.Count(b.String(), s) }
 // policy that evicts limits' keys, never on noeviction.
 func TestMonitorPolicy(t *testing.T) {
 	srv := redistest.Start(t)
-	c := srv.Client(t)
+	c, admin := srv.Client(t), srv.Admin(t)
 	ctx := context.Background()
 	var log logBuf
 	m := redisstore.NewMonitor(c, &redisstore.MonitorOptions{Logger: log.logger()})
@@ -43,7 +43,7 @@ func TestMonitorPolicy(t *testing.T) {
 		{"noeviction", false},
 		{"volatile-ttl", false},
 	} {
-		if err := c.ConfigSet(ctx, "maxmemory-policy", tc.policy).Err(); err != nil {
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", tc.policy).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.Poll(ctx); err != nil {
@@ -114,7 +114,7 @@ func TestMonitorRestart(t *testing.T) {
 // TestMonitorRefused reads what an ACL allows and skips the rest quietly.
 func TestMonitorRefused(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "volatile-lru")
-	admin := srv.Client(t)
+	admin := srv.Admin(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, rules string
@@ -196,7 +196,7 @@ func TestMonitorCluster(t *testing.T) {
 	if st := m.Status(); st.Policies["noeviction"] != 3 {
 		t.Fatalf("status %+v, want 3 masters on noeviction", st)
 	}
-	if err := cl.Servers[1].Client(t).ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+	if err := cl.Servers[1].Admin(t).ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}
 	cl.Servers[2].Restart(t)
@@ -249,7 +249,7 @@ func evictSome(t *testing.T, c *redis.Client) int64 {
 // then read again, are counted once.
 func TestMonitorRefusedBetweenPolls(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
-	admin := srv.Client(t)
+	admin := srv.Admin(t)
 	ctx := context.Background()
 	if err := admin.Do(ctx, "ACL", "SETUSER", "mon", "on", ">pw", "~*", "+@all").Err(); err != nil {
 		t.Fatal(err)
