@@ -12,7 +12,8 @@
 //
 // It works with standalone Redis, Sentinel and Redis Cluster: give New any
 // redis.UniversalClient. Requires Redis 5 or later (scripts that read TIME
-// before writing need effects replication); tested on Redis 7.0.
+// before writing need effects replication); tested on Redis 7.0 and
+// Valkey 8.0.
 //
 // # Keys
 //
