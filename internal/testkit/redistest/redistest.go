@@ -427,6 +427,24 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// URL returns the cluster's redis+cluster:// URL naming every node, with
+// the ACL user's name and password when $FLOODGATE_REDIS_ACL is 1.
+func (c *Cluster) URL() string {
+	u := "redis+cluster://"
+	if user, pass := c.Servers[0].User(); user != "" {
+		u += user + ":" + pass + "@"
+	}
+	u += c.Addrs[0]
+	for i, a := range c.Addrs[1:] {
+		sep := "&"
+		if i == 0 {
+			sep = "?"
+		}
+		u += sep + "addr=" + a
+	}
+	return u
+}
+
 // Admin returns a cluster client as the default user, closed when t ends.
 func (c *Cluster) Admin(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, TLSConfig: c.TLS})
