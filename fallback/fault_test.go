@@ -38,7 +38,8 @@ var faultLimit = floodgate.TokenBucket(400, time.Second, 40)
 
 type rig struct {
 	srv    *redistest.Server
-	client *redis.Client
+	client *redis.Client // the store's: the ACL user under FLOODGATE_REDIS_ACL=1
+	admin  *redis.Client // the default user, for what the faults do
 	fb     *fallback.Store
 }
 
@@ -57,8 +58,9 @@ func newRigOf(t *testing.T, instances int64) *rig {
 func newRigBudget(t *testing.T, instances int64, budget time.Duration) *rig {
 	t.Helper()
 	srv := redistest.Start(t)
+	user, pass := srv.User()
 	client := redis.NewClient(&redis.Options{
-		Addr: srv.Addr, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond,
+		Addr: srv.Addr, Username: user, Password: pass, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond,
 		MaxRetries: -1, PoolSize: 16,
 	})
 	rs := redisstore.New(client, nil)
@@ -71,7 +73,7 @@ func newRigBudget(t *testing.T, instances int64, budget time.Duration) *rig {
 		rs.Close()
 		client.Close()
 	})
-	return &rig{srv: srv, client: client, fb: fb}
+	return &rig{srv: srv, client: client, admin: srv.Admin(t), fb: fb}
 }
 
 type testWriter struct{ t *testing.T }
@@ -218,14 +220,14 @@ func TestFaults(t *testing.T) {
 			func(t *testing.T, r *rig) { must(t, r.srv.Signal(syscall.SIGSTOP)) },
 			func(t *testing.T, r *rig) { must(t, r.srv.Signal(syscall.SIGCONT)) }},
 		{"restart", // a clean shutdown and start, as in an upgrade: no scripts, no keys
-			func(t *testing.T, r *rig) { r.client.ShutdownNoSave(ctx) }, // its reply is the closed connection
+			func(t *testing.T, r *rig) { r.admin.ShutdownNoSave(ctx) }, // its reply is the closed connection
 			func(t *testing.T, r *rig) { r.srv.Restart(t) }},
 		{"maxmemory", // full with noeviction: every write is refused
 			func(t *testing.T, r *rig) {
-				must(t, r.client.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-				must(t, r.client.ConfigSet(ctx, "maxmemory", "1").Err()) // below what it uses
+				must(t, r.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+				must(t, r.admin.ConfigSet(ctx, "maxmemory", "1").Err()) // below what it uses
 			},
-			func(t *testing.T, r *rig) { must(t, r.client.ConfigSet(ctx, "maxmemory", "0").Err()) }},
+			func(t *testing.T, r *rig) { must(t, r.admin.ConfigSet(ctx, "maxmemory", "0").Err()) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -259,7 +261,7 @@ func TestFaultScriptFlush(t *testing.T) {
 	l := startLoad(t, r.fb, "flush", 8)
 	l.warm(t)
 	for range 20 {
-		if err := r.client.ScriptFlush(context.Background()).Err(); err != nil {
+		if err := r.admin.ScriptFlush(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -417,8 +419,9 @@ func TestNoDoubleAdmission(t *testing.T) {
 // the load.
 func TestClusterMasterDown(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
+	user, pass := cluster.Servers[0].User()
 	client := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: cluster.Addrs, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond,
+		Addrs: cluster.Addrs, Username: user, Password: pass, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond,
 		MaxRetries: -1, MaxRedirects: 1,
 	})
 	t.Cleanup(func() { client.Close() })
@@ -548,7 +551,7 @@ func (l *lockedLog) String() string {
 func TestPoisonedKeyRedis(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	must(t, r.client.RPush(ctx, "floodgate:{poisoned}:0b", "x").Err())
+	must(t, r.admin.RPush(ctx, "floodgate:{poisoned}:0b", "x").Err())
 	lim := limiter(t, r.fb, faultLimit)
 	for i := range 10 {
 		if res, err := lim.Allow(ctx, "poisoned"); !errors.Is(err, floodgate.ErrKey) || !strings.Contains(err.Error(), "wrong type") {
@@ -574,7 +577,7 @@ func TestSwitchCause(t *testing.T) {
 		{"redis stopped", func(t *testing.T) string {
 			srv := redistest.Start(t)
 			srv.Stop()
-			return "redis://" + srv.Addr + "/0"
+			return srv.URL() + "/0"
 		}, "connection refused"},
 		{"wrong password", func(t *testing.T) string {
 			srv := redistest.Start(t, "--requirepass", "secret")

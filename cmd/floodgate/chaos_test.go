@@ -130,13 +130,13 @@ func deploy(t *testing.T, kind string) *deployment {
 	switch kind {
 	case "cluster":
 		c := redistest.StartCluster(t, 3)
-		return &deployment{cluster: c, url: "redis+cluster://" + c.Addrs[0] + "?addr=" + c.Addrs[1] + "&addr=" + c.Addrs[2]}
+		return &deployment{cluster: c, url: c.URL()}
 	case "sentinel":
 		s := redistest.StartSentinel(t)
 		return &deployment{sentinel: s, url: s.URL()}
 	}
 	srv := redistest.Start(t)
-	return &deployment{srv: srv, admin: srv.Client(t), url: "redis://" + srv.Addr + "/0"}
+	return &deployment{srv: srv, admin: srv.Admin(t), url: srv.URL() + "/0"}
 }
 
 // chaosRow is one line of the table.

@@ -592,7 +592,7 @@ func TestGarbage(t *testing.T) {
 func TestReadiness(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
-	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--budget", "20ms")
+	in := serve(t, "--redis", srv.URL()+"/0", "--budget", "20ms")
 	if code, _ := in.get(t, "/readyz"); code != 503 {
 		t.Fatalf("/readyz with Redis unreachable at start: %d", code)
 	}
@@ -627,8 +627,8 @@ func TestDenialCacheServe(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token-bucket, burst: 2}\n")
 	writeFile(t, filepath.Join(dir, "rules.yaml"), "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 1\n    period: 1h\n    burst: 1\n")
-	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--denial-cache")
-	rc := srv.Client(t)
+	in := serve(t, "--redis", srv.URL()+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--denial-cache")
+	rc := srv.Admin(t)
 	ctx := context.Background()
 	// Every command goes to the slow log, with its arguments (a script's
 	// own commands too): the script calls on alice's key are counted
@@ -695,7 +695,7 @@ func TestDenialCacheServe(t *testing.T) {
 
 func TestAgainstRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--instances", "2")
+	in := serve(t, "--redis", srv.URL()+"/0", "--instances", "2")
 	c := in.redis(t, nil)
 	ctx := context.Background()
 	got, err := c.Do(ctx, "CL.THROTTLE", "user123", 15, 30, 60).Int64Slice()
@@ -709,7 +709,7 @@ func TestAgainstRedis(t *testing.T) {
 	// Two keys of state, beside the record of each rule's limits (see
 	// Service.Rebase), which serve writes at start, and the health probe's
 	// key, which can outlive its full limit by a second.
-	keys, err := srv.Client(t).Keys(ctx, "floodgate:*[0-9][bfsl]").Result()
+	keys, err := srv.Admin(t).Keys(ctx, "floodgate:*[0-9][bfsl]").Result()
 	keys = slices.DeleteFunc(keys, func(k string) bool { return strings.Contains(k, "{floodgate-probe}") })
 	if err != nil || len(keys) != 2 {
 		t.Errorf("Redis keys: %v %v", keys, err)
@@ -925,7 +925,7 @@ func TestEnvoyService(t *testing.T) {
 // an exhausted key has its quota back.
 func TestRedisMonitor(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "volatile-ttl")
-	in := serve(t, "--redis", "redis://"+srv.Addr, "--redis-monitor", "50ms")
+	in := serve(t, "--redis", srv.URL(), "--redis-monitor", "50ms")
 	waitFor(t, "a warning on volatile-ttl", func() bool {
 		return strings.Contains(in.stderr.String(), "maxmemory-policy evicts limits' keys") && strings.Contains(in.stderr.String(), "maxmemory_policy=volatile-ttl")
 	})

@@ -177,7 +177,7 @@ func stopCleanly(t *testing.T, in *instance) {
 // every rule and Envoy descriptor on Redis.
 func TestExamplesOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	rc := srv.Client(t)
+	rc := srv.Admin(t)
 	logEverything(t, rc)
 	for i, rel := range exampleConfigs(t) {
 		t.Run(rel, func(t *testing.T) {
@@ -187,7 +187,7 @@ func TestExamplesOnRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			prefix := fmt.Sprintf("ex%d:", i)
-			in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--redis-prefix", prefix, "--config", path, "--watch", "0")
+			in := serve(t, "--redis", srv.URL()+"/0", "--redis-prefix", prefix, "--config", path, "--watch", "0")
 			rebaseDone(t, rc, prefix, cfg.Rules)
 			answers(t, in, cfg)
 			stopCleanly(t, in)
@@ -201,11 +201,11 @@ func TestExamplesOnRedis(t *testing.T) {
 // Redis.
 func TestReloadCalendarOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	rc := srv.Client(t)
+	rc := srv.Admin(t)
 	logEverything(t, rc)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 10\n    period: 1m\n    burst: 10\n")
-	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--config", path, "--watch", "0")
+	in := serve(t, "--redis", srv.URL()+"/0", "--config", path, "--watch", "0")
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)

@@ -19,13 +19,13 @@ import (
 // and the service is ready again all the same.
 func TestPoisonedKey(t *testing.T) {
 	srv := redistest.Start(t)
-	admin := srv.Client(t)
+	admin := srv.Admin(t)
 	ctx := context.Background()
 	// The example rule's state key of client key "p" (see ruleKey).
 	if err := admin.RPush(ctx, "floodgate:{r7:example:p}:0b", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--budget", "20ms", "--fallback", "local")
+	in := serve(t, "--redis", srv.URL()+"/0", "--budget", "20ms", "--fallback", "local")
 	for i := range 5 {
 		code, body := in.post(t, "/v1/check", `{"rule":"example","key":"p"}`)
 		if code != 500 || !strings.Contains(fmt.Sprint(body["detail"]), "key failed: redis: wrong type") {
@@ -69,7 +69,7 @@ func TestPoisonedKey(t *testing.T) {
 // decided, and the service is ready.
 func TestACLRefusal(t *testing.T) {
 	srv := redistest.Start(t)
-	admin := srv.Client(t)
+	admin := srv.Admin(t)
 	ctx := context.Background()
 	if err := admin.Do(ctx, "ACL", "SETUSER", "fg", "on", ">pw", "+@all", "~floodgate:{r7:example:ok*").Err(); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestACLRefusal(t *testing.T) {
 // of those held back.
 func TestRedisClientLogBounded(t *testing.T) {
 	srv := redistest.Start(t)
-	in := serve(t, "--redis", "redis://"+srv.Addr+"/0", "--budget", "20ms")
+	in := serve(t, "--redis", srv.URL()+"/0", "--budget", "20ms")
 	srv.Kill()
 	start := time.Now()
 	for range 60 { // about 3 seconds of traffic, 20 checks a second

@@ -21,7 +21,7 @@ func TestOverrides(t *testing.T) {
 	srv := redistest.Start(t)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 1\n    period: 1h\n    burst: 5\n")
-	args := []string{"--config", path, "--redis", "redis://" + srv.Addr + "/0", "--token", "s3cret"}
+	args := []string{"--config", path, "--redis", srv.URL() + "/0", "--token", "s3cret"}
 	a, b := serve(t, args...), serve(t, args...)
 	auth := []string{"Authorization", "Bearer s3cret"}
 	check := func(in *instance, cost int) map[string]any {

@@ -40,7 +40,7 @@ func TestWalkthrough(t *testing.T) {
 		}},
 		{"redis", func(t *testing.T) floodgate.Store {
 			srv := redistest.Start(t)
-			st, err := redisstore.NewFromURL("redis://"+srv.Addr, nil)
+			st, err := redisstore.NewFromURL(srv.URL(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

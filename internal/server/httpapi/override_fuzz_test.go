@@ -51,10 +51,10 @@ func FuzzOverrideAPI(f *testing.F) {
 	f.Add("logs", "k", []byte(`{`), int64(3), byte(3))
 
 	srv := redistest.Start(f)
-	client := srv.Client(f)
+	client, admin := srv.Client(f), srv.Admin(f)
 	ctx := context.Background()
 	for _, kv := range [][2]string{{"slowlog-log-slower-than", "50000"}, {"slowlog-max-len", "16"}} {
-		if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+		if err := admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 			f.Fatal(err)
 		}
 	}
@@ -72,7 +72,7 @@ func FuzzOverrideAPI(f *testing.F) {
 	strategies := []string{"", "additive", "as-is", "proportional", "reset"}
 
 	f.Fuzz(func(t *testing.T, rule, key string, body []byte, cost int64, op byte) {
-		t.Cleanup(func() { client.FlushAll(ctx) })
+		t.Cleanup(func() { admin.FlushAll(ctx) })
 		item := "/v1/overrides/" + url.PathEscape(rule) + "/" + url.PathEscape(key)
 		do := func(method, path string, body []byte, ok ...int) int {
 			t.Helper()
@@ -91,7 +91,7 @@ func FuzzOverrideAPI(f *testing.F) {
 			case code != http.StatusNoContent && !json.Valid(rec.Body.Bytes()):
 				t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body)
 			}
-			bounded(t, client, method+" "+path)
+			bounded(t, admin, method+" "+path)
 			return code
 		}
 		if do("PUT", item, body, 200, 400, 404, 413) != 200 {
@@ -111,7 +111,8 @@ func FuzzOverrideAPI(f *testing.F) {
 
 // bounded fails t when Redis holds a sorted set (a sliding log) of more
 // than twice MaxLogQuota units and its clock member, or SLOWLOG holds a
-// script call of 50ms or more; it empties SLOWLOG.
+// script call of 50ms or more; it empties SLOWLOG. client is the default
+// user's (KEYS, SLOWLOG).
 func bounded(t *testing.T, client *redis.Client, what string) {
 	t.Helper()
 	ctx := context.Background()

@@ -217,7 +217,7 @@ func TestReloadKeepsWhatWasUsed(t *testing.T) {
 					a = floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 				} else {
 					c := srv.Client(t)
-					if err := c.FlushAll(ctx).Err(); err != nil {
+					if err := srv.Admin(t).FlushAll(ctx).Err(); err != nil {
 						t.Fatal(err)
 					}
 					a = redisstore.New(c, &redisstore.Options{Clock: clock})
