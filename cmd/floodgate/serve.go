@@ -386,6 +386,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, redi
 	}
 	if f.ui {
 		o := &dash.Options{Store: st.desc, Step: f.uiStep}
+		o.Domains = func() []dash.Domain {
+			var out []dash.Domain
+			for _, d := range rl.Domains() {
+				out = append(out, dash.Domain(d))
+			}
+			return out
+		}
 		if st.monitor != nil {
 			o.Redis = func() dash.Redis { return dashRedis(st.monitor.Status()) }
 		}

@@ -44,6 +44,22 @@ type Options struct {
 	// Redis, when set, returns what is known of the Redis servers, read
 	// when the page asks. Default: nil, the page shows no Redis servers.
 	Redis func() Redis
+	// Domains, when set, returns the Envoy domains in use, read when the
+	// page asks. Default: nil, the page shows no domains.
+	Domains func() []Domain
+}
+
+// Domain is what the page shows of an Envoy domain, beside the rules.
+// Its denials are in the top keys as rule "envoy:<domain>".
+type Domain struct {
+	Name string `json:"name"`
+	// Descriptors counts the domain's descriptors that have a limit.
+	Descriptors int `json:"descriptors"`
+	// Hits and OverLimit are the domain's descriptors' hits, and those
+	// over their limit, since the service started (envoyproxy/ratelimit's
+	// total_hits and over_limit statistics).
+	Hits      uint64 `json:"hits"`
+	OverLimit uint64 `json:"over_limit"`
 }
 
 // Redis is what the page shows of the Redis servers: what gives limits
@@ -242,14 +258,16 @@ func quantile(bounds []float64, counts []uint64, total uint64, q float64) float3
 
 // Snapshot is what the page shows, as GET /v1/dashboard sends it.
 type Snapshot struct {
-	Now    int64               `json:"now"` // unix ms
-	Step   int64               `json:"step_ms"`
-	Store  Store               `json:"store"`
-	Rules  []Rule              `json:"rules"`
-	Times  []int64             `json:"times"` // unix ms of the samples, oldest first
-	Series map[string]Series   `json:"series"`
-	Top    map[string][]TopKey `json:"top"` // per rule, the keys denied most in the last TopWindow or two
-	TopErr uint64              `json:"top_error_bound"`
+	Now   int64  `json:"now"` // unix ms
+	Step  int64  `json:"step_ms"`
+	Store Store  `json:"store"`
+	Rules []Rule `json:"rules"`
+	// Domains are the Envoy domains, sorted by name; empty without any.
+	Domains []Domain            `json:"domains"`
+	Times   []int64             `json:"times"` // unix ms of the samples, oldest first
+	Series  map[string]Series   `json:"series"`
+	Top     map[string][]TopKey `json:"top"` // per rule, the keys denied most in the last TopWindow or two
+	TopErr  uint64              `json:"top_error_bound"`
 }
 
 // Store is the store's health.
@@ -294,6 +312,10 @@ func (d *Dashboard) Snapshot() Snapshot {
 	}
 	if fb := d.svc.Fallback(); fb != nil {
 		s.Store.State = fb.State().String()
+	}
+	s.Domains = []Domain{}
+	if d.o.Domains != nil {
+		s.Domains = append(s.Domains, d.o.Domains()...)
 	}
 	if d.o.Redis != nil {
 		r := d.o.Redis()

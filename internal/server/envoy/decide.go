@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -180,7 +182,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := s.decideEnvoy(ctx, checks); err != nil {
 		return nil, err
 	}
-	return s.envoyResponse(checks), nil
+	return s.envoyResponse(req.Domain, req.Descriptors, checks), nil
 }
 
 // decideEnvoy decides every check of a request in one group
@@ -274,7 +276,10 @@ func decided(c *envoyCheck, r *floodgate.Request) {
 // limit is OVER_LIMIT in its status, and makes the overall code
 // OVER_LIMIT only when every quota_mode descriptor of the request is over
 // its limit: the request may pass while any quota has room.
-func (s *Service) envoyResponse(checks []envoyCheck) *rlsv3.RateLimitResponse {
+// Each descriptor over its limit (shadow_mode and quota_mode ones too, as
+// a shadow rule's denials are) is reported to the service's OnDenied, as
+// rule "envoy:<domain>"; an allowed request reports nothing.
+func (s *Service) envoyResponse(domain string, entries []*rlcommon.RateLimitDescriptor, checks []envoyCheck) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
 	quotas, quotasOver := 0, 0
 	// The statuses' messages, allocated together rather than one by one.
@@ -315,6 +320,9 @@ func (s *Service) envoyResponse(checks []envoyCheck) *rlsv3.RateLimitResponse {
 		case c.over:
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if c.over {
+			s.svc.Denied("envoy:"+domain, deniedKey(entries[i].GetEntries()))
 		}
 		if st.CurrentLimit != nil && st.LimitRemaining < minRemaining {
 			minimum, minRemaining = st, st.LimitRemaining
@@ -424,4 +432,33 @@ func entries(es []*rlcommon.RateLimitDescriptor_Entry) []config.Entry {
 		out[i] = config.Entry{Key: e.GetKey(), Value: e.GetValue()}
 	}
 	return out
+}
+
+// deniedKey names a denied descriptor for the dashboard's top keys:
+// "key1=value1,key2=value2", cut to floodgate.MaxKeyLen bytes (at a rune
+// boundary, ending in "…") as request values could make it as long as the
+// request.
+func deniedKey(es []*rlcommon.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.GetKey())
+		b.WriteByte('=')
+		b.WriteString(e.GetValue())
+		if b.Len() > floodgate.MaxKeyLen {
+			break
+		}
+	}
+	k := b.String()
+	if len(k) <= floodgate.MaxKeyLen {
+		return k
+	}
+	const more = "…"
+	n := floodgate.MaxKeyLen - len(more)
+	for n > 0 && !utf8.RuneStart(k[n]) {
+		n--
+	}
+	return k[:n] + more
 }

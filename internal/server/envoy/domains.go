@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ import (
 type envoyDomain struct {
 	cfg  *config.Domain
 	lims map[*config.EnvoyLimit]*floodgate.Limiter
+	// limited counts the descriptors with a limit (unlimited ones too).
+	limited int
 }
 
 // domains are a configuration's domains by name, each prepared.
@@ -34,6 +37,9 @@ func (s *Service) prepareDomains(cfg *config.Config) (domains, error) {
 		ed := &envoyDomain{cfg: d, lims: map[*config.EnvoyLimit]*floodgate.Limiter{}}
 		var walk func(n *config.Descriptor) error
 		walk = func(n *config.Descriptor) error {
+			if n.Limit != nil {
+				ed.limited++
+			}
 			if l := n.Limit; l != nil && l.Limit != (floodgate.Limit{}) {
 				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{s.envoyLimit(l)}, nil)
 				if err != nil {
@@ -54,6 +60,58 @@ func (s *Service) prepareDomains(cfg *config.Config) (domains, error) {
 		doms[name] = ed
 	}
 	return doms, nil
+}
+
+// Domain is what the dashboard shows of an Envoy domain.
+type Domain struct {
+	Name string `json:"name"`
+	// Descriptors counts the domain's descriptors that have a limit.
+	Descriptors int `json:"descriptors"`
+	// Hits and OverLimit are envoyproxy/ratelimit's total_hits and
+	// over_limit statistics summed over the domain's descriptors since
+	// the service started: hits, not requests. Descriptors whose names
+	// went to the statistics' overflow are not in them, and where one
+	// domain's name is another's followed by a dot, the longer one takes
+	// the names both could own.
+	Hits      uint64 `json:"hits"`
+	OverLimit uint64 `json:"over_limit"`
+}
+
+// Domains returns the domains in use, sorted by name. It walks the
+// statistics' names (at most maxEnvoyStats), so it is for a page that
+// asks, not for the decision path.
+func (s *Service) Domains() []Domain {
+	doms, _ := s.svc.Prepared().(domains)
+	out := make([]Domain, 0, len(doms))
+	at := make(map[string]int, len(doms))
+	for name, d := range doms {
+		at[name] = len(out)
+		out = append(out, Domain{Name: name, Descriptors: d.limited})
+	}
+	s.envoyStats.names.Range(func(k, v any) bool {
+		stat, st := k.(string), v.(*envoyStat)
+		best := -1
+		for i := 0; i < len(stat); i++ { // the longest domain that prefixes stat
+			if stat[i] != '.' {
+				continue
+			}
+			if j, ok := at[stat[:i]]; ok {
+				best = j
+			}
+		}
+		if best < 0 {
+			return true
+		}
+		if c := st.counts[totalHits].Load(); c != nil {
+			out[best].Hits += c.Load()
+		}
+		if c := st.counts[overLimit].Load(); c != nil {
+			out[best].OverLimit += c.Load()
+		}
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // envoyLimit is the floodgate limit that decides l. A counting window is

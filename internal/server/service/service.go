@@ -337,6 +337,11 @@ func (s *Service) Check(ctx context.Context, rule, key string, cost int64) (Deci
 	return d, nil
 }
 
+// Denied reports a denial that another surface decided (package envoy's,
+// as rule "envoy:<domain>") to Options.OnDenied, so that the dashboard's
+// top keys see it; it does nothing without OnDenied.
+func (s *Service) Denied(rule, key string) { s.denied(rule, key) }
+
 func (s *Service) denied(rule, key string) {
 	if s.onDenied != nil {
 		s.onDenied(rule, key)

@@ -178,6 +178,22 @@ function drawRules(s) {
   sel.value = keep; ins.value = keepIns || (s.rules[0] || {}).name || "";
 }
 
+function drawDomains(s) {
+  const doms = s.domains || [];
+  $("domains-section").hidden = !doms.length;
+  const tbody = $("domains").tBodies[0];
+  tbody.replaceChildren();
+  for (const d of doms) {
+    const tr = document.createElement("tr");
+    tr.className = "domain";
+    cell(tr, d.name).className = "name";
+    cell(tr, String(d.descriptors), "num");
+    cell(tr, String(d.hits), "num");
+    cell(tr, String(d.over_limit), "num");
+    tbody.appendChild(tr);
+  }
+}
+
 $("rule-select").addEventListener("change", () => last && drawTraffic(last));
 
 $("inspect").addEventListener("submit", async (e) => {
@@ -200,6 +216,7 @@ async function poll() {
     $("token-form").hidden = true;
     $("main").hidden = false;
     drawRules(s);
+    drawDomains(s);
     drawStore(s);
     drawTraffic(s);
     drawLatency(s);
