@@ -53,7 +53,15 @@ func TestDashboard(t *testing.T) {
 	chrome := browser(t)
 	out := artifacts(t)
 	srv := redistest.Start(t)
-	in := serve(t, "--redis", "redis://"+srv.Addr, "--token", "s3cret", "--budget", "20ms", "--ui-step", "250ms")
+	// The built-in rule (config.ExampleYAML), and an Envoy domain beside it.
+	rules := t.TempDir()
+	for name, text := range map[string]string{"rules.yaml": "rules:\n  - name: example\n    algorithm: token-bucket\n    rate: 10\n    period: 1s\n    burst: 20\n",
+		"edge.yaml": "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"} {
+		if err := os.WriteFile(filepath.Join(rules, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := serve(t, "--config", rules, "--redis", "redis://"+srv.Addr, "--token", "s3cret", "--budget", "20ms", "--ui-step", "250ms")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1300, 1100),
@@ -100,8 +108,8 @@ func TestDashboard(t *testing.T) {
 		shot("dashboard-timeout.png")
 		t.Fatalf("the page never showed %s", what)
 	}
-	check := func(key string) int {
-		req, _ := http.NewRequest("POST", in.httpURL+"/v1/check", strings.NewReader(fmt.Sprintf(`{"rule":"example","key":%q}`, key)))
+	post := func(path, body string) int {
+		req, _ := http.NewRequest("POST", in.httpURL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer s3cret")
 		resp, err := http.DefaultClient.Do(req)
@@ -111,6 +119,7 @@ func TestDashboard(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	check := func(key string) int { return post("/v1/check", fmt.Sprintf(`{"rule":"example","key":%q}`, key)) }
 
 	// The page asks for the token once.
 	if err := chromedp.Do(ctx,
@@ -138,6 +147,15 @@ func TestDashboard(t *testing.T) {
 	}
 	until("denials on the chart", `Number(document.getElementById("chart").dataset.denied) > 0`)
 	until("the denied key in the top keys", `[...document.querySelectorAll("#top .top-key .key")].some(td => td.textContent === "abuser")`)
+	// An Envoy request over its limit, over /json: its descriptor is in the
+	// top keys under its domain, and the domain beside the rules.
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if code := post("/json", `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"203.0.113.7"}]}]}`); code != want {
+			t.Fatalf("Envoy request %d over /json: %d, want %d", i, code, want)
+		}
+	}
+	until("the Envoy denial in the top keys", `[...document.querySelectorAll("#top .top-key")].some(tr => tr.cells[0].textContent === "envoy:edge" && tr.cells[1].textContent === "remote_address=203.0.113.7")`)
+	until("the Envoy domain", `!document.getElementById("domains-section").hidden && [...document.querySelectorAll("#domains .domain")].some(tr => tr.cells[0].textContent === "edge" && tr.cells[1].textContent === "1")`)
 	if err := chromedp.Do(ctx, chromedp.SendKeys("#inspect-key", "abuser"), chromedp.Click("#inspect button")); err != nil {
 		t.Fatal(err)
 	}

@@ -887,6 +887,18 @@ func TestEnvoyService(t *testing.T) {
 	if st := ask(); st.CurrentLimit.GetRequestsPerUnit() != 2 || st.LimitRemaining != 1 {
 		t.Fatalf("first answer %v", st)
 	}
+	// The dashboard sees the denial, and the domain beside the rules.
+	ask()
+	if st := ask(); st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("third answer %v, want OVER_LIMIT", st)
+	}
+	_, body := in.get(t, "/v1/dashboard")
+	if top := fmt.Sprint(body["top"].(map[string]any)["envoy:edge"]); !strings.Contains(top, "key:remote_address=203.0.113.7") {
+		t.Errorf("dashboard's top keys of envoy:edge: %s", top)
+	}
+	if doms := fmt.Sprint(body["domains"]); doms != "[map[descriptors:1 hits:3 name:edge over_limit:1]]" {
+		t.Errorf("dashboard's domains: %s", doms)
+	}
 	writeFile(t, filepath.Join(dir, "edge.yaml"), domain(10))
 	waitFor(t, "the reload of the directory", func() bool { return ask().CurrentLimit.GetRequestsPerUnit() == 10 })
 
