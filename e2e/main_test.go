@@ -2,15 +2,15 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
 // binary is the floodgate command, built once by TestMain from the library
@@ -38,25 +38,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// lockedBuffer is a bytes.Buffer that the process's stderr writer and the
-// test can use at the same time.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // instance is a running floodgate serve.
 type instance struct {
 	httpURL string
@@ -69,7 +50,7 @@ func serve(t *testing.T, args ...string) *instance {
 	args = append([]string{"serve", "--http", "127.0.0.1:0", "--resp", ""}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

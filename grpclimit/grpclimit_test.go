@@ -2,18 +2,19 @@ package grpclimit_test
 
 import (
 	"context"
-	"google.golang.org/grpc/peer"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/peer"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/grpclimit"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 	"github.com/floodgate/floodgate/storetest"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -182,7 +183,7 @@ func TestStoreFailure(t *testing.T) {
 		want       codes.Code
 	}{{false, codes.OK}, {true, codes.Unavailable}} {
 		lim, _ := floodgate.NewLimiter(failingStore{}, []floodgate.Limit{floodgate.PerSecond(1)}, nil)
-		var log lockedBuffer
+		var log syncbuf.Buffer
 		client := serve(t, []grpc.ServerOption{grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(lim, &grpclimit.Options{FailClosed: tt.failClosed, Logger: slog.New(slog.NewTextHandler(&log, nil))}))})
 		// Every call fails the same way: the log says so a line a second,
 		// not once a call.
@@ -294,23 +295,4 @@ func TestClientIP(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", tt.name, got, err, tt.want)
 		}
 	}
-}
-
-// lockedBuffer is a buffer the server's goroutines log to while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -15,12 +15,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -657,7 +657,7 @@ func waitMetric(t *testing.T, httpURL, prefix string) string {
 func startServe(t *testing.T, bin string, args []string) (*exec.Cmd, string, string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -703,23 +703,4 @@ func startServe(t *testing.T, bin string, args []string) (*exec.Cmd, string, str
 		}
 	}()
 	return cmd, httpURL, respAddr
-}
-
-// lockedBuffer is a bytes.Buffer that a process's stderr and the test
-// may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

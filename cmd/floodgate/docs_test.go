@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
 // TestDocs runs every shell command of README.md and docs/*.md and checks
@@ -186,7 +187,7 @@ type docServer struct {
 	cmd    *exec.Cmd
 	banner []string          // what it printed until it listened
 	ports  map[string]string // the docs' port: the test's
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{}
 }
 
@@ -266,7 +267,7 @@ func startDocServer(t *testing.T, root string, c docCommand, redisAddr string) *
 	cmd := exec.Command("sh", "-c", "exec "+line)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0")
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

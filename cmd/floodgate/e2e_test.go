@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +28,7 @@ import (
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/nettest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,31 +54,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // instance is a running floodgate serve.
 type instance struct {
 	cmd      *exec.Cmd
 	httpURL  string
 	respAddr string
 	grpcAddr string // with --grpc
-	stderr   *lockedBuffer
-	stdout   *lockedBuffer // every line it printed
+	stderr   *syncbuf.Buffer
+	stdout   *syncbuf.Buffer // every line it printed
 	done     chan error
 }
 
@@ -98,7 +80,7 @@ func serveBinary(t *testing.T, bin string, args ...string) *instance {
 	// The race runtime sleeps a second before exiting, by default; the
 	// shutdown tests time the process, not that.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	in := &instance{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan error, 1)}
+	in := &instance{cmd: cmd, stderr: &syncbuf.Buffer{}, stdout: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stderr = in.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

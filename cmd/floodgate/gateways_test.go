@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
 // The gateway tests put real nginx and Caddy, configured by the files in
@@ -67,7 +68,7 @@ func freeAddr(t *testing.T) string {
 // group) when t ends.
 func startProxy(t *testing.T, cmd *exec.Cmd, addr string) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
