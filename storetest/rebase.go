@@ -41,21 +41,12 @@ func rebaseCases() []rebaseCase {
 func runRebase(t *testing.T, newStore NewStore) {
 	want := map[floodgate.Strategy]int64{floodgate.Proportional: 80, floodgate.AsIs: 40, floodgate.Additive: 140, floodgate.ResetUsage: 200}
 	for _, tc := range rebaseCases() {
-		for _, strategy := range []floodgate.Strategy{floodgate.Proportional, floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
+		for _, strategy := range strategies {
 			t.Run(tc.name+"/"+strategy.String(), func(t *testing.T) {
 				t.Parallel()
-				clock := NewClock(Base)
-				st := newStore(t, clock)
-				t.Cleanup(func() { st.Close() })
+				clock, st, old := startRebase(t, newStore, tc.old, strategy)
 				ctx := context.Background()
 				opts := &floodgate.Options{Clock: clock}
-				old, err := floodgate.NewLimiter(st, []floodgate.Limit{tc.old}, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n, err := old.Rebase(ctx, "r:", strategy); n != 0 || err != nil {
-					t.Fatalf("first Rebase = %d, %v; want 0, nil: it only records the limits", n, err)
-				}
 				for _, key := range []string{"r:a", "r:b", "s:a"} {
 					if r, err := old.AllowN(ctx, key, 60); !r.Allowed || err != nil {
 						t.Fatalf("AllowN(%s, 60) = %+v, %v", key, r, err)
@@ -155,21 +146,12 @@ func runRebaseCalendar(t *testing.T, newStore NewStore) {
 		{"bucket-to-calendar", floodgate.TokenBucket(100, time.Minute, 100), floodgate.CalendarWindow(200, floodgate.Day, zone), 200},
 	}
 	for _, tc := range tests {
-		for _, strategy := range []floodgate.Strategy{floodgate.Proportional, floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage} {
+		for _, strategy := range strategies {
 			t.Run(tc.name+"/"+strategy.String(), func(t *testing.T) {
 				t.Parallel()
-				clock := NewClock(Base)
-				st := newStore(t, clock)
-				t.Cleanup(func() { st.Close() })
+				clock, st, old := startRebase(t, newStore, tc.old, strategy)
 				ctx := context.Background()
 				opts := &floodgate.Options{Clock: clock}
-				old, err := floodgate.NewLimiter(st, []floodgate.Limit{tc.old}, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n, err := old.Rebase(ctx, "r:", strategy); n != 0 || err != nil {
-					t.Fatalf("first Rebase = %d, %v; want 0, nil", n, err)
-				}
 				if r, err := old.AllowN(ctx, "r:a", 60); !r.Allowed || err != nil {
 					t.Fatalf("AllowN(r:a, 60) = %+v, %v", r, err)
 				}
@@ -203,4 +185,25 @@ func runRebaseCalendar(t *testing.T, newStore NewStore) {
 			})
 		}
 	}
+}
+
+// strategies are the four ways a rebase carries what keys used.
+var strategies = []floodgate.Strategy{floodgate.Proportional, floodgate.AsIs, floodgate.Additive, floodgate.ResetUsage}
+
+// startRebase makes a store on a fixed clock, closed when t ends, and a
+// Limiter of limit on it whose first Rebase of "r:" has recorded the
+// limits and carried nothing.
+func startRebase(t *testing.T, newStore NewStore, limit floodgate.Limit, strategy floodgate.Strategy) (*Clock, floodgate.Store, *floodgate.Limiter) {
+	t.Helper()
+	clock := NewClock(Base)
+	st := newStore(t, clock)
+	t.Cleanup(func() { st.Close() })
+	old, err := floodgate.NewLimiter(st, []floodgate.Limit{limit}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := old.Rebase(context.Background(), "r:", strategy); n != 0 || err != nil {
+		t.Fatalf("first Rebase = %d, %v; want 0, nil: it only records the limits", n, err)
+	}
+	return clock, st, old
 }
