@@ -73,6 +73,7 @@ func Run(t *testing.T, newStore NewStore) {
 	})
 	t.Run("vectors", func(t *testing.T) { runVectors(t, newStore) })
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
+	t.Run("inspect", func(t *testing.T) { runInspect(t, newStore) })
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
 }
 
