@@ -20,7 +20,8 @@ type Inspection struct {
 	Limits []Limit
 	// Results holds each limit's state, one per limit of Limits, in
 	// order: what a peek of that limit alone reports (allowed, with a
-	// RetryAfter of 0).
+	// RetryAfter of 0). When a fallback's local limiter answers (Source
+	// SourceLocal), each is of the limit's local share, Quota included.
 	Results []Result
 	// Lease is how many units of a lease this process holds on the key
 	// (redisstore's Options.Leases): taken from the store already, so not
@@ -75,6 +76,17 @@ func (l *Limiter) Inspect(ctx context.Context, key string) (Inspection, error) {
 		return Inspection{}, fmt.Errorf("%w: the store's inspection has %d verdicts for %d limits", ErrStore, len(ci.Verdicts), len(specs))
 	}
 	out := Inspection{Result: result(l.specs, &ci.Decision), Lease: ci.Lease, DenialCached: ci.DenialCached}
+	// The local limiter's verdicts are of each limit's share.
+	var shares []core.Spec
+	if fb := ci.Fallback; fb != nil {
+		shares = make([]core.Spec, len(specs))
+		for i := range specs {
+			var err error
+			if shares[i], err = specs[i].Share(max(fb.Instances, 1)); err != nil {
+				return Inspection{}, err
+			}
+		}
+	}
 	out.Limits = make([]Limit, len(specs))
 	out.Results = make([]Result, len(specs))
 	for i := range specs {
@@ -82,19 +94,19 @@ func (l *Limiter) Inspect(ctx context.Context, key string) (Inspection, error) {
 		if ci.Limits == nil {
 			out.Limits[i] = l.limits[i] // keeps its calendar's location
 		}
-		fillVerdict(&out.Results[i], &specs[i], &ci.Verdicts[i], i)
+		sp := &specs[i]
+		if ci.Source == SourceLocal && shares != nil {
+			sp = &shares[i]
+		}
+		fillVerdict(&out.Results[i], sp, &ci.Verdicts[i], i)
 		out.Results[i].Overridden, out.Results[i].Source = out.Overridden, out.Source
 	}
 	if fb := ci.Fallback; fb != nil {
 		out.Fallback = &FallbackInspection{Mode: fb.Mode, Degraded: fb.Degraded, Instances: fb.Instances}
-		if fb.Local != nil && len(fb.Local) == len(specs) {
+		if len(fb.Local) == len(specs) {
 			out.Fallback.Local = make([]Result, len(specs))
 			for i := range specs {
-				share, err := specs[i].Share(max(fb.Instances, 1))
-				if err != nil {
-					return Inspection{}, err
-				}
-				fillVerdict(&out.Fallback.Local[i], &share, &fb.Local[i], i)
+				fillVerdict(&out.Fallback.Local[i], &shares[i], &fb.Local[i], i)
 				out.Fallback.Local[i].Source = SourceLocal
 			}
 		}

@@ -31,6 +31,7 @@ package fallback
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,7 +213,7 @@ func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &policy{s: s, primary: primary, quota: limits[0].Quota}
+	p := &policy{s: s, primary: primary, quota: limits[0].Quota, specs: slices.Clone(limits)}
 	if s.mode == Local {
 		shares := make([]core.Spec, len(limits))
 		for i := range limits {

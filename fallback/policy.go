@@ -61,6 +61,7 @@ type policy struct {
 	primary core.Policy
 	local   core.Policy // nil unless the mode is Local
 	quota   int64       // the first limit's, for fail-open and fail-closed answers
+	specs   []core.Spec // the limits, for Inspect's answers in the fail modes
 }
 
 // Take implements core.Policy. It returns the primary's decision when
