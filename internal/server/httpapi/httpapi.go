@@ -5,6 +5,8 @@
 //	POST /v1/reset        {"rule":"api","key":"user:1"}
 //	GET  /v1/rules
 //	GET  /v1/inspect?rule=api&key=user:1   a key's state, without charging it
+//	GET  /v1/explain?rule=api&key=user:1   why the key is decided as it is, without charging it
+//	POST /v1/explain/envoy                 the same for an Envoy request (Options.EnvoyExplain)
 //	ANY  /v1/auth/{rule}?key={ip}&deny=403  forward auth for nginx, Caddy, Traefik
 //	GET  /v1/dashboard, /ui/               the dashboard (package dash)
 //	POST /json                             Envoy's RateLimitRequest in JSON (Options.Envoy)
@@ -79,6 +81,10 @@ type Options struct {
 	// (envoy.Service.JSONHandler), behind the Token like /v1/. Default:
 	// none, and /json is not found.
 	Envoy http.Handler
+	// EnvoyExplain, when set, serves POST /v1/explain/envoy
+	// (envoy.Service.ExplainHandler), behind the Token like /v1/.
+	// Default: none, and it is not found.
+	EnvoyExplain http.Handler
 }
 
 type api struct {
@@ -115,8 +121,12 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("POST", "/v1/settle", a.auth(a.settle))
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
+	handle("GET", "/v1/explain", a.auth(a.explain))
 	if o.Envoy != nil {
 		handle("POST", "/json", a.auth(o.Envoy.ServeHTTP))
+	}
+	if o.EnvoyExplain != nil {
+		handle("POST", "/v1/explain/envoy", a.auth(o.EnvoyExplain.ServeHTTP))
 	}
 	// Forward auth takes any method: proxies ask with the original one
 	// or with GET.

@@ -94,6 +94,8 @@ func (c *conn) dispatch(args []string) bool {
 		c.writeSimple("OK")
 	case "FG.OVERRIDE":
 		c.override(ctx, args)
+	case "FG.EXPLAIN":
+		c.explain(ctx, args)
 	case "FG.RULES":
 		rules := c.s.svc.Config().Rules
 		c.writeArrayHeader(len(rules))
@@ -110,7 +112,7 @@ func (c *conn) dispatch(args []string) bool {
 	return true
 }
 
-var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.override", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
+var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.override", "fg.explain", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
 
 func (c *conn) client(args []string) {
 	if len(args) < 2 {

@@ -16,6 +16,9 @@
 //	FG.OVERRIDE SET <rule> <key> <override> | GET <rule> <key> |
 //	    DEL <rule> <key> [<strategy>] | LIST [<rule>]
 //	    a key's own limits (see override's documentation)
+//	FG.EXPLAIN <rule> <key> [JSON]
+//	    why a check of the key is decided as it is now, charging nothing:
+//	    the explanation's sentences, or with JSON, GET /v1/explain's body.
 //	FG.RESET <rule> <key>, FG.RULES
 //	PING, ECHO, HELLO, AUTH, QUIT, SELECT 0, COMMAND, CLIENT
 //
