@@ -190,6 +190,7 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 		httpLog := log.With("component", "http")
 		s.httpSrv = &http.Server{
 			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: httpLog, Envoy: rl.JSONHandler(log.With("component", "envoy")),
+				EnvoyExplain:   rl.ExplainHandler(log.With("component", "envoy")),
 				TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader}),
 			// net/http logs each failed accept or TLS handshake: a line a
 			// second, through the log, not the global log package.
