@@ -159,7 +159,12 @@ func TestDashboard(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.SendKeys("#inspect-key", "abuser"), chromedp.Click("#inspect button")); err != nil {
 		t.Fatal(err)
 	}
+	// "Inspect a key" explains it: the limit that decides, in the table,
+	// and who answers, in sentences.
 	until("the inspected key", `document.getElementById("inspect-out").textContent.includes("of 20")`)
+	until("the explanation", `!document.getElementById("inspect-limits").hidden && document.querySelector("#inspect-limits tr.decides") !== null &&
+		document.getElementById("inspect-out").textContent.includes('key "abuser" is checked against rule "example"') &&
+		document.getElementById("inspect-out").textContent.includes("Redis answers, shared by every instance")`)
 	until("Redis's policy", `document.getElementById("redis-policy").textContent === "noeviction" && document.getElementById("redis-warning").hidden`)
 	shot("dashboard.png")
 
@@ -170,5 +175,10 @@ func TestDashboard(t *testing.T) {
 		check("after-redis")
 	}
 	until("the fallback", `document.getElementById("store-state").dataset.state === "degraded" && document.querySelector("#events .event[data-state=degraded]") !== null`)
+	// The explanation says the fallback answers now, with its share.
+	if err := chromedp.Do(ctx, chromedp.SetValue("#inspect-key", "after-redis"), chromedp.Click("#inspect button")); err != nil {
+		t.Fatal(err)
+	}
+	until("the fallback in the explanation", `document.getElementById("inspect-out").textContent.includes("Redis is failing for this key: the fallback answers, a local limiter with 1/1 of each limit")`)
 	shot("dashboard-fallback.png")
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -168,6 +169,9 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Exp
 		}
 		de.Descriptor = m.StatKey
 		de.ShadowMode, de.QuotaMode, de.SharedKey = m.Node.ShadowMode, m.Node.QuotaMode, m.Shared != nil
+		if de.SharedKey {
+			de.Why = append(de.Why, "share_threshold: every value its wildcard matches draws on one counter")
+		}
 		x.limit, x.lim = m.Limit, dom.lims[m.Limit]
 		x.key = envoyKey(req.Domain, d.GetEntries(), m.Shared)
 		for _, r := range m.Limit.Replaces {
@@ -247,7 +251,7 @@ func (s *Service) explainState(ctx context.Context, x *explained, de *Descriptor
 	if counting {
 		// Its limiter's quota is one more than the limit (envoyLimit):
 		// what is left of the limit is one less.
-		state.Quota, state.Remaining = rpu, max(state.Remaining-1, 0)
+		state.Quota, state.Remaining, state.Summary = rpu, max(state.Remaining-1, 0), x.limit.Limit.String()
 		var retry int64
 		if state.Remaining < 1 {
 			retry = state.ResetAfterMs
@@ -258,7 +262,11 @@ func (s *Service) explainState(ctx context.Context, x *explained, de *Descriptor
 		over = de.Hits > state.Quota || state.Remaining < de.Hits
 	}
 	de.State = &state
-	de.Why = append(de.Why, fmt.Sprintf("its counter has %d of %d left, full again in %dms; the request's %d %s %s", state.Remaining, state.Quota, state.ResetAfterMs,
+	full := "full"
+	if state.ResetAfterMs > 0 {
+		full = "full again in " + (time.Duration(state.ResetAfterMs) * time.Millisecond).String()
+	}
+	de.Why = append(de.Why, fmt.Sprintf("its counter has %d of %d left, %s; the request's %d %s %s", state.Remaining, state.Quota, full,
 		de.Hits, plural(de.Hits, "hit", "hits"), map[bool]string{true: "would be over the limit", false: "would fit"}[over]))
 	if counting {
 		de.Why = append(de.Why, "it is envoyproxy/ratelimit's fixed window: hits over the limit are counted too")

@@ -196,18 +196,42 @@ function drawDomains(s) {
 
 $("rule-select").addEventListener("change", () => last && drawTraffic(last));
 
+// "Inspect a key" explains it (GET /v1/explain): each limit in force and
+// its state, the one that decides, and why, in sentences. It charges
+// nothing.
 $("inspect").addEventListener("submit", async (e) => {
   e.preventDefault();
   const q = new URLSearchParams({ rule: $("inspect-rule").value, key: $("inspect-key").value });
   try {
-    const r = await api("/v1/inspect?" + q);
-    text($("inspect-out"), `remaining ${r.remaining} of ${r.limit}` +
-      (r.policy ? ` (limit "${r.policy}")` : "") +
-      `\nfull again in ${r.reset_after_ms} ms\nsource: ${r.source}`).className = "";
+    drawExplain(await api("/v1/explain?" + q));
   } catch (err) {
+    $("inspect-limits").hidden = true;
     text($("inspect-out"), err.message).className = "error";
   }
 });
+
+function ms(n) { return n >= 1000 ? fmt(n / 1000) + " s" : n + " ms"; }
+
+function drawExplain(r) {
+  const table = $("inspect-limits"), tbody = table.tBodies[0];
+  tbody.replaceChildren();
+  for (const l of r.limits) {
+    const tr = document.createElement("tr");
+    if (l.decides) tr.className = "decides";
+    cell(tr, String(l.index), "num");
+    cell(tr, l.summary + (l.from === "override" ? " (override)" : ""));
+    cell(tr, `${l.remaining} of ${l.quota}`, "num");
+    cell(tr, ms(l.reset_after_ms), "num");
+    // null: a peek cannot tell a bucket's next unit; it comes by the reset.
+    cell(tr, l.retry_after_ms === null ? "≤ " + ms(l.reset_after_ms) : l.retry_after_ms < 0 ? "never" : ms(l.retry_after_ms), "num");
+    cell(tr, l.decides ? "decides" : "");
+    tbody.appendChild(tr);
+  }
+  table.hidden = false;
+  const out = text($("inspect-out"), r.why.join("\n"));
+  out.className = r.allowed ? "" : "denied";
+  out.dataset.allowed = String(r.allowed);
+}
 
 async function poll() {
   try {
