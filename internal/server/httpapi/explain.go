@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"mime"
 	"net/http"
 
 	"github.com/floodgate/floodgate"
@@ -27,4 +28,17 @@ func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, e)
+}
+
+// jsonOnly passes h the requests whose body is sent as application/json,
+// and answers others 415, as every POST of /v1/ is (a web page cannot
+// post a form to it). /json alone takes any, as envoyproxy/ratelimit's.
+func jsonOnly(h http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			problem(w, http.StatusUnsupportedMediaType, "the body must be JSON, sent as Content-Type: application/json")
+			return
+		}
+		h.ServeHTTP(w, r)
+	}
 }

@@ -2,11 +2,15 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/server/config"
+	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
 	"github.com/floodgate/floodgate/internal/server/service"
 )
@@ -66,5 +70,64 @@ func TestExplainEndpoint(t *testing.T) {
 	h.ServeHTTP(w, req)
 	if !strings.Contains(w.Body.String(), `"remaining":19`) {
 		t.Errorf("the check after explaining: %s; want 19 left of 20", w.Body.String())
+	}
+}
+
+// POST /v1/explain/envoy: mounted from Options.EnvoyExplain, behind the
+// token, JSON only; the explanation says the same as ShouldRateLimit.
+func TestExplainEnvoyEndpoint(t *testing.T) {
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	cfg, err := config.Parse("web.yaml", []byte("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	h := httpapi.Handler(svc.Rules(), &httpapi.Options{Token: "s3cret", Logger: log, Envoy: svc.JSONHandler(log), EnvoyExplain: svc.ExplainHandler(log)})
+	const req = `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"a"}]}]}`
+	do := func(method, path, ctype, auth, body string) (int, string) {
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		if ctype != "" {
+			r.Header.Set("Content-Type", ctype)
+		}
+		if auth != "" {
+			r.Header.Set("Authorization", "Bearer "+auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	tests := []struct {
+		name, method, ctype, auth, body string
+		status                          int
+		want                            string
+	}{
+		{"no token", "POST", "application/json", "", req, 401, "bearer token"},
+		{"a form", "POST", "application/x-www-form-urlencoded", "s3cret", req, 415, "Content-Type: application/json"},
+		{"GET", "GET", "", "s3cret", "", 405, "use POST"},
+		{"malformed", "POST", "application/json", "s3cret", `{"domain":`, 400, "not a RateLimitRequest"},
+		{"within", "POST", "application/json", "s3cret", req, 200, `"overall_code":"OK"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if status, body := do(tt.method, "/v1/explain/envoy", tt.ctype, tt.auth, tt.body); status != tt.status || !strings.Contains(body, tt.want) {
+				t.Errorf("%d %s; want %d with %s", status, body, tt.status, tt.want)
+			}
+		})
+	}
+	// One hit through /json uses the limit up: the explanation says the
+	// next is over it, and /json agrees.
+	if status, _ := do("POST", "/json", "", "s3cret", req); status != 200 {
+		t.Fatalf("/json: %d", status)
+	}
+	if status, body := do("POST", "/v1/explain/envoy", "application/json", "s3cret", req); status != 200 || !strings.Contains(body, `"overall_code":"OVER_LIMIT"`) || !strings.Contains(body, `"remaining":0`) {
+		t.Errorf("after one hit: %d %s", status, body)
+	}
+	if status, _ := do("POST", "/json", "", "s3cret", req); status != 429 {
+		t.Errorf("/json after the explanation: %d; want 429", status)
 	}
 }

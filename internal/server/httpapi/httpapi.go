@@ -126,7 +126,7 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 		handle("POST", "/json", a.auth(o.Envoy.ServeHTTP))
 	}
 	if o.EnvoyExplain != nil {
-		handle("POST", "/v1/explain/envoy", a.auth(o.EnvoyExplain.ServeHTTP))
+		handle("POST", "/v1/explain/envoy", a.auth(jsonOnly(o.EnvoyExplain)))
 	}
 	// Forward auth takes any method: proxies ask with the original one
 	// or with GET.
