@@ -124,6 +124,7 @@ func FuzzAPI(f *testing.F) {
 	f.Add("POST", "/v1/check/batch", "application/json", []byte(`{"checks":[{"rule":"example","key":"a"},{"rule":"x","key":""}]}`))
 	f.Add("POST", "/v1/reset", "application/json", []byte(`{"rule":"example","key":"k"}`))
 	f.Add("GET", "/v1/rules", "", []byte(nil))
+	f.Add("GET", "/v1/explain?rule=example&key=%ff%00", "", []byte(nil))
 	f.Add("PUT", "/v1/check", "text/plain", []byte("x"))
 	f.Add("GET", "/v1/auth/example?key={method}:{header:X-A|path}&deny=429", "", []byte(nil))
 	f.Add("POST", "/v1/check", "application/json; charset=utf-8", []byte(`{"rule":"example","key":"\u0000","cost":-9223372036854775808}`))

@@ -93,7 +93,7 @@ func FuzzConn(f *testing.F) {
 	for _, s := range []string{
 		"*1\r\n$4\r\nPING\r\n", "*3\r\n$8\r\nFG.CHECK\r\n$7\r\nexample\r\n$1\r\nk\r\n",
 		"CL.THROTTLE a 1 2 3 4\r\n", "HELLO 3 AUTH a b SETNAME c\r\n", "*2\r\n$-5\r\n", "*9999999999999999999\r\n",
-		"$\r\n", "*1\r\n$0\r\n\r\n", "CL.THROTTLE k -1 -1 -1 -1\r\n", "FG.CHECK example k 99999999999999\r\n",
+		"$\r\n", "*1\r\n$0\r\n\r\n", "CL.THROTTLE k -1 -1 -1 -1\r\n", "FG.CHECK example k 99999999999999\r\n", "FG.EXPLAIN example k JSON\r\n",
 	} {
 		f.Add(s)
 	}
