@@ -41,8 +41,9 @@ type Inspection struct {
 type FallbackInspection struct {
 	// Mode is the failure mode: "local", "fail-open" or "fail-closed".
 	Mode string
-	// Degraded reports that the key's primary store is failing, so that
-	// the mode answers its requests.
+	// Degraded reports that the key's primary store is failing (it did
+	// not answer the inspection, or its breaker is open), so that the
+	// mode answers its requests.
 	Degraded bool
 	// Instances is how many processes share the limits: the local
 	// limiter applies 1/Instances of each.

@@ -45,8 +45,9 @@ type FallbackInspection struct {
 	// Mode is the fallback's failure mode: "local", "fail-open" or
 	// "fail-closed".
 	Mode string
-	// Degraded reports that the key's primary is failing (its breaker is
-	// open): the mode answers the key's requests, not the primary.
+	// Degraded reports that the key's primary is failing: its breaker is
+	// open, or the primary failed to answer this inspection. The mode
+	// answers the key's requests then, not the primary.
 	Degraded bool
 	// Instances is how many processes share the limits: the local
 	// limiter applies 1/Instances of each limit (Spec.Share).
