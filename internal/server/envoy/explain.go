@@ -124,7 +124,11 @@ type explained struct {
 
 // Explain tells how ShouldRateLimit would answer req now, and why, for
 // each descriptor: what it matched, the limit in force, its state, and
-// what answers for it. It charges nothing and counts nothing. Its errors
+// what answers for it. It charges nothing and counts nothing. Each
+// descriptor is explained on its counter's state now: two descriptors of
+// one request on one counter are decided one after the other, the second
+// seeing the first's hits, which the explanation of the second leaves
+// out. Its errors
 // wrap service.ErrBadRequest as ShouldRateLimit's do (and for more than
 // MaxExplainDescriptors descriptors), or are the store's.
 func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Explanation, error) {
