@@ -20,7 +20,7 @@ func TestExplainServe(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "rules.yaml"), "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 1\n    period: 1h\n    burst: 1\n")
 	writeFile(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    descriptors:\n      - key: remote_address\n        rate_limit: {unit: minute, requests_per_unit: 1}\n")
-	in := serve(t, "--redis", srv.URL()+"/0", "--config", dir, "--token", "s3cret", "--denial-cache", "--instances", "4")
+	in := serve(t, "--redis", srv.URL()+"/0", "--config", dir, "--token", "s3cret", "--denial-cache", "--instances", "4", "--budget", "5s")
 	ctx := context.Background()
 	auth := []string{"Authorization", "Bearer s3cret"}
 	get := func(path string, hdr ...string) (int, map[string]any) {
