@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/internal/lib/slicepool"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/server/statsd"
 )
 
 // This file is Envoy's rate limit service (RLS v3) over the
@@ -47,7 +48,30 @@ type Options struct {
 	// Now is the clock of Envoy answers' DurationUntilReset. Default:
 	// time.Now.
 	Now func() time.Time
+	// GlobalShadowMode is envoyproxy/ratelimit's SHADOW_MODE: a request
+	// over its limits is answered OK overall (its statuses still say
+	// OVER_LIMIT), and counted in global_shadow_mode. Default: false.
+	GlobalShadowMode bool
+	// GlobalQuotaMode is envoyproxy/ratelimit's QUOTA_MODE: every
+	// descriptor is decided as a quota_mode one. Default: false.
+	GlobalQuotaMode bool
+	// NearLimitRatio is envoyproxy/ratelimit's NEAR_LIMIT_RATIO: the
+	// share of the limit above which hits count in near_limit, above 0
+	// and at most 1. Default: 0.8.
+	NearLimitRatio float32
+	// HeaderNames are the names of the RateLimitHeaders, in the order
+	// limit, remaining, reset: envoyproxy/ratelimit's LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER. An empty one is its
+	// default: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset.
+	HeaderNames [3]string
+	// StatsD, when set, gets envoyproxy/ratelimit's statistics under its
+	// StatsD names: per descriptor (StatsDPrefix), and the service's and
+	// the gRPC server's (see RegisterStatsD). Default: none.
+	StatsD *statsd.Sink
 }
+
+// defaultHeaderNames are the RateLimit headers' names by default.
+var defaultHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
 
 // Service decides Envoy's requests against the domains of the rules in
 // use of a service.Service, on its store, counted in its metrics. It is
@@ -57,12 +81,20 @@ type Service struct {
 	store      floodgate.Store
 	atomic     bool // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
 	rlsHeaders bool
+	headers    [3]string
+	shadow     bool // SHADOW_MODE
+	quota      bool // QUOTA_MODE
+	nearRatio  float32
 	now        func() time.Time
 	overrides  overrides
 	envoyStats *envoyMetrics
 	// envoyOutcome caches decisions' counters of Envoy's allowed (0) and
 	// denied (1) answers, found on first use: finding one joins its labels.
 	envoyOutcome [2]atomic.Pointer[atomic.Uint64]
+	// globalShadow counts the answers SHADOW_MODE turned to OK; nil
+	// without it.
+	globalShadow *atomic.Uint64
+	sd           serviceStatsD
 	// checks are Envoy requests' checks, reused: the answer holds nothing
 	// of them.
 	checks slicepool.Pool[envoyCheck]
@@ -80,18 +112,39 @@ func New(store floodgate.Store, cfg *config.Config, sopts *service.Options, opts
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.NearLimitRatio == 0 {
+		o.NearLimitRatio = 0.8
+	}
+	if !(o.NearLimitRatio > 0 && o.NearLimitRatio <= 1) {
+		return nil, fmt.Errorf("near-limit ratio %v is not above 0 and at most 1", o.NearLimitRatio)
+	}
+	for i, h := range o.HeaderNames {
+		if h == "" {
+			o.HeaderNames[i] = defaultHeaderNames[i]
+		} else if !validHeaderName(h) {
+			return nil, fmt.Errorf("header name %q is not a valid HTTP header name", h)
+		}
+	}
 	var so service.Options
 	if sopts != nil {
 		so = *sopts
 	}
-	s := &Service{store: store, atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now}
+	s := &Service{store: store, atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now,
+		headers: o.HeaderNames, shadow: o.GlobalShadowMode, quota: o.GlobalQuotaMode, nearRatio: o.NearLimitRatio}
 	so.Prepare = func(cfg *config.Config) (any, error) { return s.prepareDomains(cfg) }
 	svc, err := service.New(store, cfg, &so)
 	if err != nil {
 		return nil, err
 	}
 	s.svc = svc
-	s.envoyStats = newEnvoyMetrics(svc.Metrics)
+	s.envoyStats = newEnvoyMetrics(svc.Metrics, o.StatsD)
+	if o.GlobalShadowMode {
+		s.globalShadow = &atomic.Uint64{}
+		svc.Metrics.NewCounterFunc("ratelimit_service_global_shadow_mode", "Envoy answers that SHADOW_MODE turned from OVER_LIMIT to OK, as envoyproxy/ratelimit's global_shadow_mode.", s.globalShadow.Load)
+	}
+	if o.StatsD != nil {
+		s.sd = newServiceStatsD(o.StatsD, svc, s.globalShadow)
+	}
 	return s, nil
 }
 
@@ -148,7 +201,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			if err != nil {
 				return nil, err
 			}
-			c.limit, c.lim = l, lim
+			c.limit, c.lim, c.quota = l, lim, s.quota
 			c.stat = descriptorStatKey(req.Domain, d.GetEntries())
 			c.key = envoyKey(req.Domain, d.GetEntries(), nil)
 			continue
@@ -167,7 +220,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			replaced[r] = true
 		}
 		c.limit, c.lim, c.stat = m.Limit, dom.lims[m.Limit], m.StatKey
-		c.shadow, c.quota = m.Node.ShadowMode, m.Node.QuotaMode
+		c.shadow, c.quota = m.Node.ShadowMode, m.Node.QuotaMode || s.quota
 		c.key = envoyKey(req.Domain, d.GetEntries(), m.Shared)
 	}
 	for i := range checks {
@@ -334,12 +387,17 @@ func (s *Service) envoyResponse(domain string, entries []*rlcommon.RateLimitDesc
 	if quotas > 0 && quotasOver == quotas {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	if s.shadow && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// SHADOW_MODE: reported, counted, never enforced.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		s.globalShadow.Add(1)
+	}
 	s.countEnvoy(resp.OverallCode == rlsv3.RateLimitResponse_OK)
 	if s.rlsHeaders && minimum != nil {
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-			{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(minimum.CurrentLimit.RequestsPerUnit), 10)},
-			{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(minimum.LimitRemaining), 10)},
-			{Key: "RateLimit-Reset", Value: strconv.FormatInt(minimum.DurationUntilReset.GetSeconds(), 10)},
+			{Key: s.headers[0], Value: strconv.FormatUint(uint64(minimum.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.headers[1], Value: strconv.FormatUint(uint64(minimum.LimitRemaining), 10)},
+			{Key: s.headers[2], Value: strconv.FormatInt(minimum.DurationUntilReset.GetSeconds(), 10)},
 		}
 	}
 	return resp
@@ -394,7 +452,7 @@ func (s *Service) count(c *envoyCheck) {
 	if !c.limit.Counting && c.lim != nil {
 		limit = c.res.Quota
 	}
-	near := int64(math.Floor(float64(float32(limit) * 0.8)))
+	near := int64(math.Floor(float64(float32(limit) * s.nearRatio)))
 	after := c.before + c.hits
 	add := func(n int64, kind int) {
 		s.envoyStats.Add(uint64(min(max(n, 0), c.hits)), kind, c.stat)

@@ -18,7 +18,7 @@ import (
 // for each client address ever seen.
 func TestEnvoyStatsBounded(t *testing.T) {
 	r := &metrics.Registry{}
-	m := newEnvoyMetrics(r)
+	m := newEnvoyMetrics(r, nil)
 	const extra = 5000
 	var wg sync.WaitGroup
 	for g := range 4 { // concurrently, as requests count them

@@ -53,11 +53,16 @@ func (s *Server) Shutdown() { s.health.Shutdown() }
 // descriptors) gets codes.Unknown with envoyproxy/ratelimit's message, as
 // that one answers; a failing store codes.Unavailable.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	sd := &s.svc.sd
+	if sd.totalRequests != nil {
+		defer sd.call(time.Now())
+	}
 	resp, err := s.svc.ShouldRateLimit(ctx, req)
 	switch {
 	case err == nil:
 		return resp, nil
 	case errors.Is(err, service.ErrBadRequest):
+		sd.serviceError.Add(1)
 		return nil, status.Error(codes.Unknown, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return nil, status.FromContextError(err).Err()
@@ -66,6 +71,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		// logs it, a line a second at most.
 		return nil, status.Error(codes.Internal, err.Error())
 	default:
+		sd.redisError.Add(1)
 		s.log.Error("floodgate: ShouldRateLimit failed", "error", err.Error())
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate/floodgate/internal/server/metrics"
+	"github.com/floodgate/floodgate/internal/server/statsd"
 )
 
 // The statistics envoyproxy/ratelimit keeps per descriptor.
@@ -33,6 +34,9 @@ type envoyMetrics struct {
 	names    sync.Map // stat key -> *envoyStat, at most maxEnvoyStats
 	n        atomic.Int64
 	overflow envoyStat // the names past maxEnvoyStats, and the too long
+	// sink, when set, gets the same counts under envoyproxy/ratelimit's
+	// StatsD names: the whole descriptor name, not two labels.
+	sink *statsd.Sink
 }
 
 // envoyStat is one descriptor name's labels and, once used, its counters,
@@ -40,6 +44,8 @@ type envoyMetrics struct {
 type envoyStat struct {
 	labels [3]string
 	counts [numEnvoyStats]atomic.Pointer[atomic.Uint64]
+	// sd are the StatsD counters, when the metrics have a sink.
+	sd [numEnvoyStats]*statsd.Counter
 }
 
 // maxEnvoyStats bounds the label sets, and the names kept to find them:
@@ -52,9 +58,10 @@ const (
 	maxEnvoyStatLen = 1024
 )
 
-func newEnvoyMetrics(r *metrics.Registry) *envoyMetrics {
-	m := &envoyMetrics{}
+func newEnvoyMetrics(r *metrics.Registry, sink *statsd.Sink) *envoyMetrics {
+	m := &envoyMetrics{sink: sink}
 	m.overflow.labels = [3]string{"", "overflow", ""}
+	m.statsdCounters(&m.overflow, "overflow")
 	for kind, name := range envoyStatNames {
 		m.vecs[kind] = r.NewCounterVec("ratelimit_service_rate_limit_"+name,
 			"envoyproxy/ratelimit's "+name+" per descriptor, labelled as its default Prometheus mapping labels it.", "domain", "key1", "key2")
@@ -77,6 +84,24 @@ func (m *envoyMetrics) Add(n uint64, kind int, stat string) {
 		st.counts[kind].Store(c)
 	}
 	c.Add(n)
+	st.sd[kind].Add(n)
+}
+
+// StatsDPrefix is the scope of envoyproxy/ratelimit's per-descriptor
+// statistics: a descriptor's are StatsDPrefix + its name + "." + the
+// statistic (total_hits, over_limit, near_limit, within_limit,
+// shadow_mode).
+const StatsDPrefix = "ratelimit.service.rate_limit."
+
+// statsdCounters sets st's StatsD counters, for the descriptor name
+// clean, when the metrics have a sink.
+func (m *envoyMetrics) statsdCounters(st *envoyStat, clean string) {
+	if m.sink == nil {
+		return
+	}
+	for kind, name := range envoyStatNames {
+		st.sd[kind] = m.sink.Counter(StatsDPrefix + clean + "." + name)
+	}
 }
 
 // stat returns the labels and counters of the descriptor named stat:
@@ -102,6 +127,7 @@ func (m *envoyMetrics) stat(stat string) *envoyStat {
 	clean = ipv4.ReplaceAllStringFunc(clean, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 	parts := strings.SplitN(clean, ".", 4)
 	copy(st.labels[:], parts)
+	m.statsdCounters(st, clean)
 	v, loaded := m.names.LoadOrStore(stat, st)
 	if loaded {
 		m.n.Add(-1) // another caller kept it first
