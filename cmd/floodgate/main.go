@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,10 @@ Usage:
   floodgate version                  print the version and the commit it was built from
 
 Run "floodgate <command> --help" for the flags of a command.
+
+Started under the name ratelimit (a link to this binary), floodgate takes
+no flags and reads envoyproxy/ratelimit's environment instead (RUNTIME_ROOT,
+REDIS_URL, PORT, GRPC_PORT, ...): see docs/envoy.md.
 `
 
 func main() {
@@ -46,10 +51,17 @@ func main() {
 	rl, gl := newRedisLogger(log), newGRPCLogger(log, nil)
 	redis.SetLogger(rl)
 	grpclog.SetLoggerV2(gl)
-	os.Exit(runWith(context.Background(), os.Args[1:], os.Stdout, os.Stderr, func(l *slog.Logger) {
+	use := func(l *slog.Logger) {
 		rl.use(l)
 		gl.use(l)
-	}))
+	}
+	// Started as ratelimit (the image's /bin/ratelimit, a link to this
+	// binary): envoyproxy/ratelimit's drop-in, configured by its
+	// environment.
+	if filepath.Base(os.Args[0]) == ratelimitName {
+		os.Exit(ratelimitCmd(context.Background(), os.Args[1:], os.Stdout, os.Stderr, use))
+	}
+	os.Exit(runWith(context.Background(), os.Args[1:], os.Stdout, os.Stderr, use))
 }
 
 // run runs the command line args and returns the exit status: 0 success

@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/metrics"
 	"github.com/floodgate/floodgate/internal/server/resp"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/server/statsd"
 	"github.com/floodgate/floodgate/internal/server/tlsconf"
 	"github.com/floodgate/floodgate/redisstore"
 	"golang.org/x/net/netutil"
@@ -77,6 +78,52 @@ type serveFlags struct {
 	// gcFloor is how far the heap grows between collections at least, as
 	// --gc-floor reads: bytes, KiB, MiB, GiB; "0" for Go's default.
 	gcFloor string
+	// statsd is --statsd and its options.
+	statsd statsdFlags
+	// upstream is what envoyproxy/ratelimit's environment asks beyond
+	// the flags, when started as ratelimit; nil for floodgate serve.
+	upstream *upstream
+}
+
+// statsdFlags are --statsd, --statsd-tags, --statsd-dogstatsd and
+// --statsd-flush: envoyproxy/ratelimit's statistics sent to StatsD.
+type statsdFlags struct {
+	addr  string // [udp://|tcp://]host:port; "" for none
+	tags  string // key:value,...
+	dog   bool
+	flush time.Duration
+}
+
+func (s *statsdFlags) register(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&s.addr, "statsd", e.str("FLOODGATE_STATSD", ""), "send envoyproxy/ratelimit's statistics, under its names (ratelimit.service.rate_limit.<domain>.<descriptor>.total_hits, ...), to this StatsD server: host:port over UDP, or tcp://host:port; empty (the default) for none. A slow or absent server loses statistics, never slows a decision ($FLOODGATE_STATSD)")
+	fs.StringVar(&s.tags, "statsd-tags", e.str("FLOODGATE_STATSD_TAGS", ""), "tags for every StatsD statistic, key:value,... (envoyproxy/ratelimit's EXTRA_TAGS): in the name as gostats writes them, or as DogStatsD tags with --statsd-dogstatsd ($FLOODGATE_STATSD_TAGS)")
+	fs.BoolVar(&s.dog, "statsd-dogstatsd", e.bool("FLOODGATE_STATSD_DOGSTATSD", false), "send tags in DogStatsD's form, name:1|c|#key:value ($FLOODGATE_STATSD_DOGSTATSD)")
+	fs.DurationVar(&s.flush, "statsd-flush", e.duration("FLOODGATE_STATSD_FLUSH", statsd.DefaultFlushInterval), "how often counters are sent to StatsD ($FLOODGATE_STATSD_FLUSH)")
+}
+
+// options returns the StatsD sink's options the flags ask for, nil for
+// none.
+func (s *statsdFlags) options() (*statsd.Options, error) {
+	if s.addr == "" {
+		return nil, nil
+	}
+	o := &statsd.Options{Addr: s.addr, Network: "udp", DogStatsD: s.dog, FlushInterval: s.flush}
+	if rest, ok := strings.CutPrefix(s.addr, "tcp://"); ok {
+		o.Addr, o.Network = rest, "tcp"
+	} else if rest, ok := strings.CutPrefix(s.addr, "udp://"); ok {
+		o.Addr = rest
+	}
+	if s.flush <= 0 {
+		return nil, fmt.Errorf("--statsd-flush ($FLOODGATE_STATSD_FLUSH) must be positive, got %s", s.flush)
+	}
+	tags, err := statsd.ParseTags(s.tags)
+	if err != nil {
+		return nil, fmt.Errorf("--statsd-tags ($FLOODGATE_STATSD_TAGS): %w", err)
+	}
+	if len(tags) > 0 {
+		o.Tags = tags
+	}
+	return o, nil
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
@@ -112,6 +159,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	f.log.register(fs, &e)
 	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
 	fs.StringVar(&f.trustedProxies, "trusted-proxies", e.str("FLOODGATE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDR prefixes of the proxies (nginx, Caddy, Traefik) whose --client-ip-header /v1/auth believes for a key's {ip}; without them {ip} is refused ($FLOODGATE_TRUSTED_PROXIES)")
+	f.statsd.register(fs, &e)
 	fs.StringVar(&f.clientIPHeader, "client-ip-header", e.str("FLOODGATE_CLIENT_IP_HEADER", "X-Forwarded-For"), "the header in which the trusted proxies send the client's address to /v1/auth: X-Forwarded-For, X-Real-IP or Forwarded ($FLOODGATE_CLIENT_IP_HEADER)")
 	if code, ok := parseFlags(fs, &e, args, stderr); !ok {
 		return nil, code, false
@@ -156,14 +204,20 @@ type server struct {
 	respSrv        *resp.Server
 	grpcSrv        *grpc.Server
 	rls            *envoy.Server
-	wg             sync.WaitGroup
-	errs           chan error // a server that stopped by itself
+	// grpcTLS is TLS on the gRPC listener alone (GRPC_SERVER_USE_TLS,
+	// started as ratelimit); nil without.
+	grpcTLS *tlsconf.Reloader
+	// extra are the HTTP listeners of the ratelimit mode: the debug
+	// listener (DEBUG_PORT) and Prometheus's (USE_PROMETHEUS).
+	extra []extraHTTP
+	wg    sync.WaitGroup
+	errs  chan error // a server that stopped by itself
 }
 
 // listen opens the listeners the flags ask for, and the servers for them.
 func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
 	svc := rl.Rules()
-	s := &server{errs: make(chan error, 3), ui: board != nil}
+	s := &server{errs: make(chan error, 5), ui: board != nil}
 	var err error
 	var grpcOpts []grpc.ServerOption
 	if f.grpc != "" {
@@ -227,6 +281,12 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 		opts := grpcOpts
 		if s.tls != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls.Config())))
+		} else if u := f.upstream; u != nil && u.grpcTLS != (tlsconf.Files{}) {
+			if s.grpcTLS, err = tlsconf.Load(u.grpcTLS); err != nil {
+				s.closeListeners()
+				return nil, fmt.Errorf("$GRPC_SERVER_TLS_*: %w", err)
+			}
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.grpcTLS.Config())))
 		}
 		s.grpcSrv = grpc.NewServer(opts...)
 		s.rls = envoy.Register(s.grpcSrv, rl, log.With("component", "envoy"))
@@ -234,7 +294,28 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 	if s.httpLn == nil && s.respLn == nil && s.grpcLn == nil {
 		return nil, errors.New("--http, --resp and --grpc are all disabled: nothing to serve")
 	}
+	if f.upstream != nil {
+		if err := s.listenUpstream(f.upstream, rl, log); err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// closeListeners closes the listeners opened so far, when listen fails.
+func (s *server) closeListeners() {
+	for _, ln := range []net.Listener{s.httpLn, s.respLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if s.grpcLn != nil {
+		s.grpcLn.Close()
+	}
+	for _, x := range s.extra {
+		x.ln.Close()
+	}
 }
 
 // start serves on the listeners, each in a goroutine that shutdown waits
@@ -267,6 +348,16 @@ func (s *server) start(b banner) {
 			defer s.wg.Done()
 			if err := s.grpcSrv.Serve(s.grpcLn); err != nil {
 				s.errs <- fmt.Errorf("gRPC: %w", err)
+			}
+		}()
+	}
+	for _, x := range s.extra {
+		b.line(fmt.Sprintf("%s on http://%s", x.what, x.ln.Addr()), "listener", x.name, "url", fmt.Sprintf("http://%s", x.ln.Addr()))
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := x.srv.Serve(x.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.errs <- fmt.Errorf("%s: %w", x.name, err)
 			}
 		}()
 	}
@@ -325,6 +416,15 @@ func (s *server) shutdown() {
 			}
 		}()
 	}
+	for _, x := range s.extra {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if x.srv.Shutdown(ctx) != nil {
+				x.srv.Close()
+			}
+		}()
+	}
 	if s.respSrv != nil {
 		s.respSrv.Shutdown(ctx)
 	}
@@ -337,6 +437,13 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, redi
 	if !ok {
 		return code
 	}
+	return serveFlagsCmd(ctx, f, stdout, stderr, redisLog)
+}
+
+// serveFlagsCmd runs serve with the flags f: floodgate serve's, or those
+// that envoyproxy/ratelimit's environment gives when started as
+// ratelimit.
+func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer, redisLog func(*slog.Logger)) int {
 	root, b, err := f.log.logger(stderr, stdout)
 	if err != nil { // checked by parseServeFlags
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
@@ -352,6 +459,33 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, redi
 			return 2
 		}
 		defer gcfloor.Start(uint64(floor)).Stop()
+	}
+	if u := f.upstream; u != nil {
+		for _, n := range u.notes {
+			root.Info("ratelimit: "+n, "component", "serve")
+		}
+		if u.xds != nil {
+			if err := configFromXDS(f, u.xds); err != nil {
+				fmt.Fprintf(stderr, "ratelimit: %v\n", err)
+				return 2
+			}
+		}
+	}
+	var sink *statsd.Sink
+	so, err := f.statsd.options()
+	if err == nil && so == nil && f.upstream != nil {
+		so = f.upstream.statsd
+	}
+	if err == nil && so != nil {
+		so.Logger = root.With("component", "statsd")
+		sink, err = statsd.New(*so)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 2
+	}
+	if sink != nil {
+		defer sink.Close()
 	}
 	files, _ := scan(f.config, nil) // before reading, so that no change is missed
 	cfg, err := loadRules(f.config, config.LoadOptions{MergeDomains: f.mergeDomains})
@@ -375,8 +509,12 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, redi
 		return 2
 	}
 	defer st.close()
-	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, MergeDomains: f.mergeDomains},
-		&envoy.Options{StopIncrementWhenOverLimit: f.stopIncrement, RateLimitHeaders: f.rlsHeaders})
+	eo := envoy.Options{}
+	if f.upstream != nil {
+		eo = f.upstream.envoy
+	}
+	eo.StopIncrementWhenOverLimit, eo.RateLimitHeaders, eo.StatsD = f.stopIncrement, f.rlsHeaders, sink
+	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, MergeDomains: f.mergeDomains}, &eo)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
@@ -431,7 +569,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer, redi
 	if s, ok := stdout.(interface{ Sync() error }); ok {
 		s.Sync()
 	}
-	code = serveLoop(ctx, f, svc, srv, files, root)
+	code := serveLoop(ctx, f, svc, srv, files, root)
 	srv.shutdown()
 	return code
 }
@@ -501,6 +639,13 @@ const removeSettle = 30 * time.Second
 // when it watches) and the TLS certificates; a file that fails to load
 // is logged and what was loaded stays in use.
 func reload(f *serveFlags, svc *service.Service, srv *server, hup chan struct{}, log *slog.Logger) {
+	if srv.grpcTLS != nil {
+		if err := srv.grpcTLS.Reload(); err != nil {
+			log.Error("floodgate: gRPC TLS files invalid; keeping the certificates in use", "error", err.Error())
+		} else {
+			log.Info("floodgate: gRPC TLS certificates reloaded")
+		}
+	}
 	if f.config == "" && srv.tls == nil && srv.redisTLS == nil {
 		log.Info("floodgate: SIGHUP without --config or TLS: nothing to reload")
 		return

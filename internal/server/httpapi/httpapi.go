@@ -10,7 +10,7 @@
 //	ANY  /v1/auth/{rule}?key={ip}&deny=403  forward auth for nginx, Caddy, Traefik
 //	GET  /v1/dashboard, /ui/               the dashboard (package dash)
 //	POST /json                             Envoy's RateLimitRequest in JSON (Options.Envoy)
-//	GET  /metrics, /healthz, /readyz
+//	GET  /metrics, /healthz, /readyz, /healthcheck (envoyproxy/ratelimit's)
 //
 // A denial is a 200 with "allowed": false, except at /v1/auth, where it
 // is the status the proxy asked for (forwardauth.go); other 4xx answers
@@ -160,6 +160,12 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("GET", "/metrics", metrics)
 	handle("GET", "/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]any{"status": "ok"})
+	})
+	// envoyproxy/ratelimit's health check, which Envoy Gateway's and most
+	// charts' probes ask: "OK" while the service serves, as there.
+	handle("GET", "/healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "OK")
 	})
 	handle("GET", "/readyz", func(w http.ResponseWriter, r *http.Request) {
 		// Ready while decisions come from the configured store. In
