@@ -1,6 +1,7 @@
 package imagetest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +20,10 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
+	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
 
@@ -96,6 +102,108 @@ func TestImage(t *testing.T) {
 			}
 			c.checkStops(t)
 		})
+	}
+	t.Run("envoy-gateway", func(t *testing.T) { testEnvoyGateway(t, rootfs, cfg, redis.Addr) })
+}
+
+// egDomain is a domain file as Envoy Gateway writes its rate limit
+// configuration: the domain is the listener's name, a route rule's match
+// the descriptor.
+func egDomain(rpu int) string {
+	return fmt.Sprintf(`domain: default/eg/http
+descriptors:
+  - key: httproute/default/ratelimit/rule/0/match/0
+    value: httproute/default/ratelimit/rule/0/match/0
+    rate_limit:
+      unit: Hour
+      requests_per_unit: %d
+`, rpu)
+}
+
+// testEnvoyGateway runs the image as Envoy Gateway's rate limit Deployment
+// runs envoyproxy/ratelimit (internal/infrastructure/kubernetes/ratelimit
+// in envoyproxy/gateway: its file-configured generation's command, env and
+// ConfigMap mount at /data/ratelimit/config, with today's readiness probe
+// on /healthcheck and StatsD over TCP to its statsd-exporter sidecar):
+// command /bin/ratelimit, no flags. The host's network is shared, so HOST,
+// PORT, GRPC_PORT and DEBUG_PORT move it to free loopback ports, and
+// REDIS_URL and STATSD_PORT point at the test's servers.
+func testEnvoyGateway(t *testing.T, rootfs string, img imageConfig, redisAddr string) {
+	statsdLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer statsdLn.Close()
+	lines := make(chan string, 1000)
+	go func() {
+		c, err := statsdLn.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	_, statsdPort, _ := net.SplitHostPort(statsdLn.Addr().String())
+	httpPort, grpcPort, debugPort := redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t)
+	env := []string{
+		// The Deployment's.
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_PORT=" + statsdPort,
+		// The test's.
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "STATSD_HOST=127.0.0.1",
+		fmt.Sprintf("PORT=%d", httpPort), fmt.Sprintf("GRPC_PORT=%d", grpcPort), fmt.Sprintf("DEBUG_PORT=%d", debugPort),
+	}
+	rules := newConfigMapDir(t, egDomain(3))
+	c := runProcess(t, rootfs, img, runOptions{args: []string{"/bin/ratelimit"}, env: env, rules: rules, rulesAt: "/data/ratelimit/config",
+		http: fmt.Sprintf("127.0.0.1:%d", httpPort), ready: "/healthcheck"})
+	if code, body, err := get(c.http, "/healthcheck"); err != nil || code != 200 || body != "OK" {
+		t.Errorf("GET /healthcheck: %d %q (%v), want 200 OK", code, body, err)
+	}
+	rl := peertest.Client(t, fmt.Sprintf("127.0.0.1:%d", grpcPort))
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		route := "httproute/default/ratelimit/rule/0/match/0"
+		resp, err := rl.ShouldRateLimit(context.Background(), envoytest.Request("default/eg/http", envoytest.Descriptor(route, route)))
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v\nstderr:\n%s", err, c.stderr.String())
+		}
+		return resp
+	}
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := ask(); got.OverallCode != want {
+			t.Errorf("request %d: %v, want %v", i, got, want)
+		}
+	}
+	// The kubelet updates the ConfigMap: the new limit applies.
+	rules.update(t, egDomain(10))
+	deadline := time.Now().Add(15 * time.Second)
+	for ask().Statuses[0].GetCurrentLimit().GetRequestsPerUnit() != 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the updated ConfigMap was not applied within 15s\nstderr:\n%s", c.stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond) // polling a real process
+	}
+	c.checkProcess(t)
+	c.checkStops(t)
+	// Its statistics reached the statsd-exporter, over TCP, under
+	// envoyproxy/ratelimit's names (the last ones sent at SIGTERM).
+	want := "ratelimit.service.rate_limit.default/eg/http.httproute/default/ratelimit/rule/0/match/0_httproute/default/ratelimit/rule/0/match/0.total_hits:"
+	timeout := time.After(10 * time.Second)
+	var got []string
+	for {
+		select {
+		case l := <-lines:
+			got = append(got, l)
+			if strings.HasPrefix(l, want) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no StatsD line %s... in %q", want, got)
+		}
 	}
 }
 
@@ -180,6 +288,10 @@ func checkFiles(t *testing.T, root string) {
 	if total > maxImageBytes {
 		t.Errorf("the image's files take %d bytes, more than %d", total, maxImageBytes)
 	}
+	// envoyproxy/ratelimit's command in the manifests that run it.
+	if target, err := os.Readlink(filepath.Join(root, "bin/ratelimit")); err != nil || target != "/usr/local/bin/floodgate" {
+		t.Errorf("/bin/ratelimit links to %q (%v), want /usr/local/bin/floodgate", target, err)
+	}
 	for _, want := range []string{"usr/local/bin/floodgate", "etc/ssl/certs/ca-certificates.crt", "etc/floodgate/rules.yaml"} {
 		if !contains(files, want) {
 			t.Errorf("the image lacks /%s", want)
@@ -212,19 +324,41 @@ type container struct {
 // ends.
 func run(t *testing.T, rootfs string, img imageConfig, env []string, rules *configMapDir) *container {
 	t.Helper()
-	c := &container{
-		id:     fmt.Sprintf("floodgate-imagetest-%d-%d", os.Getpid(), time.Now().UnixNano()),
-		bundle: t.TempDir(),
-		http:   fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{},
-		done: make(chan error, 1),
-	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
 	env = append([]string{
-		"FLOODGATE_HTTP=" + c.http,
+		"FLOODGATE_HTTP=" + httpAddr,
 		fmt.Sprintf("FLOODGATE_RESP=127.0.0.1:%d", redistest.FreePort(t)),
 		fmt.Sprintf("FLOODGATE_GRPC=127.0.0.1:%d", redistest.FreePort(t)),
 	}, env...)
-	writeSpec(t, c.bundle, rootfs, img, env, rules)
+	return runProcess(t, rootfs, img, runOptions{env: env, rules: rules, rulesAt: "/etc/floodgate", http: httpAddr, ready: "/healthz"})
+}
+
+// runOptions say what runProcess runs.
+type runOptions struct {
+	args    []string // the process; default the image's entrypoint and cmd
+	env     []string // added to the image's
+	rules   *configMapDir
+	rulesAt string // where rules is mounted, read-only
+	http    string // the HTTP listener's address, for ready
+	ready   string // the path that answers 200 once serving
+}
+
+// runProcess runs a process of the image in a runc container as run
+// does, and waits for its o.ready to answer.
+func runProcess(t *testing.T, rootfs string, img imageConfig, o runOptions) *container {
+	t.Helper()
+	c := &container{
+		id:     fmt.Sprintf("floodgate-imagetest-%d-%d", os.Getpid(), time.Now().UnixNano()),
+		bundle: t.TempDir(),
+		http:   o.http,
+		stdout: &syncBuffer{}, stderr: &syncBuffer{},
+		done: make(chan error, 1),
+	}
+	args := o.args
+	if args == nil {
+		args = append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	}
+	writeSpec(t, c.bundle, rootfs, img, args, o.env, o.rules, o.rulesAt)
 	c.cmd = exec.Command("runc", "run", "--bundle", c.bundle, c.id)
 	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
 	if err := c.cmd.Start(); err != nil {
@@ -243,10 +377,10 @@ func run(t *testing.T, rootfs string, img imageConfig, env []string, rules *conf
 			t.Logf("container stdout:\n%s\nstderr:\n%s", c.stdout.String(), c.stderr.String())
 		}
 	})
-	// Ready when /healthz answers, within 20s (a loaded machine).
+	// Ready when it answers, within 20s (a loaded machine).
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if code, _, err := get(c.http, "/healthz"); err == nil && code == 200 {
+		if code, _, err := get(c.http, o.ready); err == nil && code == 200 {
 			return c
 		}
 		select {
@@ -256,16 +390,16 @@ func run(t *testing.T, rootfs string, img imageConfig, env []string, rules *conf
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/healthz did not answer within 20s\nstdout:\n%s\nstderr:\n%s", c.stdout.String(), c.stderr.String())
+			t.Fatalf("%s did not answer within 20s\nstdout:\n%s\nstderr:\n%s", o.ready, c.stdout.String(), c.stderr.String())
 		}
 	}
 }
 
 // writeSpec writes the bundle's config.json: runc's default spec with the
-// image's process, no rlimits (this VM's kernel refuses setrlimit to the
+// process args, no rlimits (this VM's kernel refuses setrlimit to the
 // runtime), no capabilities, no network namespace, a read-only root, and
-// rules, when set, mounted read-only on /etc/floodgate.
-func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []string, rules *configMapDir) {
+// rules, when set, mounted read-only on rulesAt.
+func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, args, env []string, rules *configMapDir, rulesAt string) {
 	t.Helper()
 	cmd(t, "runc", "spec", "--bundle", bundle)
 	path := filepath.Join(bundle, "config.json")
@@ -280,7 +414,7 @@ func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []strin
 	uid, gid := userIDs(t, img.User)
 	proc := spec["process"].(map[string]any)
 	proc["terminal"] = false
-	proc["args"] = append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	proc["args"] = args
 	proc["env"] = mergeEnv(img.Env, env)
 	proc["user"] = map[string]any{"uid": uid, "gid": gid}
 	proc["cwd"] = "/"
@@ -290,7 +424,7 @@ func writeSpec(t *testing.T, bundle, rootfs string, img imageConfig, env []strin
 	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
 	if rules != nil {
 		spec["mounts"] = append(spec["mounts"].([]any), map[string]any{
-			"destination": "/etc/floodgate", "type": "bind", "source": rules.dir, "options": []string{"rbind", "ro"}})
+			"destination": rulesAt, "type": "bind", "source": rules.dir, "options": []string{"rbind", "ro"}})
 	}
 	linux := spec["linux"].(map[string]any)
 	var ns []any
