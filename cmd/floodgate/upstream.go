@@ -230,14 +230,6 @@ func (e *upstreamEnv) note(name, why string) {
 	}
 }
 
-// refuse records an error when name is set to anything but its default
-// (or empty): floodgate cannot do what it asks.
-func (e *upstreamEnv) refuse(name, def, why string) {
-	if v := e.str(name, def); !strings.EqualFold(v, def) {
-		e.errs = append(e.errs, fmt.Errorf("$%s=%s: %s", name, v, why))
-	}
-}
-
 // logLevels maps logrus's levels, which envoyproxy/ratelimit's LOG_LEVEL
 // names, to serve's.
 var logLevels = map[string]string{"panic": "error", "fatal": "error", "error": "error", "warn": "warn", "warning": "warn", "info": "info", "debug": "debug", "trace": "debug"}
