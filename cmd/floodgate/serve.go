@@ -523,6 +523,10 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 	if st.monitor != nil {
 		redisMetrics(svc.Metrics, st.monitor)
 	}
+	if sink != nil {
+		svc.Metrics.NewCounterFunc("floodgate_statsd_dropped_total", "StatsD packets and timer samples dropped: their bounded queue was full, or the StatsD server refused or was unreachable. Decisions never wait for StatsD.", sink.Dropped)
+		svc.Metrics.NewCounterFunc("floodgate_statsd_packets_total", "StatsD packets written.", sink.Sent)
+	}
 	if f.ui {
 		o := &dash.Options{Store: st.desc, Step: f.uiStep}
 		o.Domains = func() []dash.Domain {

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
@@ -27,6 +30,7 @@ import (
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
+	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 )
 
 func envOf(kv ...string) func(string) (string, bool) {
@@ -579,6 +583,9 @@ func TestServeStatsD(t *testing.T) {
 		n, err := l.Read(buf)
 		return string(buf[:n]), err
 	}, want)
+	if m := in.metrics(t); !strings.Contains(m, "floodgate_statsd_dropped_total 0") || !strings.Contains(m, "floodgate_statsd_packets_total") {
+		t.Errorf("/metrics lacks the StatsD counters:\n%s", m)
+	}
 	// A bad --statsd stops serve.
 	cmd := exec.Command(binary, "serve", "--http", "127.0.0.1:0", "--resp", "", "--statsd", "nohostport")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "statsd") {
@@ -636,4 +643,41 @@ func readStatsD(t *testing.T, read func() (string, error), want map[string]uint6
 		}
 	}
 	return sums
+}
+
+// TestRatelimitModeGRPCTLS: GRPC_SERVER_USE_TLS, as Envoy Gateway sets it,
+// puts TLS on the gRPC listener alone, with client certificates from
+// GRPC_CLIENT_TLS_CACERT; the HTTP port stays plain for the probes.
+func TestRatelimitModeGRPCTLS(t *testing.T) {
+	dir := t.TempDir()
+	f := tlstest.NewCA(t).Write(t, dir, 9)
+	if err := os.MkdirAll(filepath.Join(dir, "ratelimit/config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "ratelimit/config/d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	in := startRatelimit(t, dir, "RUNTIME_ROOT=.", "RUNTIME_SUBDIRECTORY=ratelimit", "USE_STATSD=false", "FLOODGATE_REDIS=",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+f.Cert, "GRPC_SERVER_TLS_KEY="+f.Key, "GRPC_CLIENT_TLS_CACERT="+f.CA)
+	call := func(creds credentials.TransportCredentials) error {
+		conn, err := grpc.NewClient(in.grpc, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, envoytest.Request("d", envoytest.Descriptor("k", "v")))
+		return err
+	}
+	if err := call(credentials.NewTLS(tlstest.ClientConfig(t, f, true))); err != nil {
+		t.Errorf("gRPC over TLS with a client certificate: %v", err)
+	}
+	if err := call(credentials.NewTLS(tlstest.ClientConfig(t, f, false))); err == nil {
+		t.Error("gRPC without a client certificate got an answer")
+	}
+	if err := call(insecure.NewCredentials()); err == nil {
+		t.Error("plain gRPC got an answer")
+	}
+	if code, body := httpGet(t, in.http, "/healthcheck"); code != 200 || body != "OK" {
+		t.Errorf("plain GET /healthcheck: %d %q", code, body)
+	}
 }
