@@ -569,6 +569,9 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 	if len(cfg.Domains) > 0 {
 		b.line(fmt.Sprintf("envoy domains: %d from %s", len(cfg.Domains), cfg.Source), "domains", len(cfg.Domains), "source", cfg.Source)
 	}
+	if sink != nil {
+		b.line(fmt.Sprintf("StatsD to %s over %s, every %s", so.Addr, so.Network, so.FlushInterval), "statsd", so.Addr, "network", so.Network)
+	}
 	srv.start(b)
 	if s, ok := stdout.(interface{ Sync() error }); ok {
 		s.Sync()
