@@ -16,7 +16,9 @@ import (
 // deciding on 10,000 keys through the batcher: a lone bucket (the fast
 // path), a bucket and a fixed window (decide.lua, no sliding log) and a
 // sliding log of MaxLogQuota, whose script calls carry only as much log
-// work as the batcher's budget allows. decisions/call is the mean batch.
+// work as the batcher's budget allows. decisions/call is the mean batch,
+// and redis-us/decision the Redis server's own time in script calls per
+// decision (INFO commandstats).
 //
 //	go test -run - -bench BatchDecide -count 5 ./redisstore
 func BenchmarkBatchDecide(b *testing.B) {
@@ -35,13 +37,15 @@ func BenchmarkBatchDecide(b *testing.B) {
 		{"log", []floodgate.Limit{floodgate.SlidingLog(floodgate.MaxLogQuota, time.Millisecond)}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			st := newStore(b, srv.Client(b), &redisstore.Options{Prefix: "bd:" + c.name + ":"})
+			client := srv.Client(b)
+			st := newStore(b, client, &redisstore.Options{Prefix: "bd:" + c.name + ":"})
 			lim, err := floodgate.NewLimiter(st, c.limits, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
 			var started atomic.Int64
+			client.ConfigResetStat(ctx)
 			b.ReportAllocs()
 			b.SetParallelism(32)
 			b.RunParallel(func(pb *testing.PB) {
@@ -56,6 +60,8 @@ func BenchmarkBatchDecide(b *testing.B) {
 			})
 			if s := st.Stats(); s.ScriptCalls > 0 {
 				b.ReportMetric(float64(s.Decisions)/float64(s.ScriptCalls), "decisions/call")
+				_, usec := commandStats(b, client, "evalsha", "fcall")
+				b.ReportMetric(usec/float64(s.Decisions), "redis-us/decision")
 			}
 		})
 	}
