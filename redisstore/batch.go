@@ -17,14 +17,19 @@ import (
 // call is one decision on its way to Redis: its keys and its part of the
 // script's arguments, and, once done, its result.
 type call struct {
-	ctx   context.Context // the caller's, for a call sent on its own
-	p     *policy
-	keys  []string
-	n     int64
-	op    op           // take, charge or refund n
-	now   int64        // µs, or -1 for the server's TIME
-	specs []scriptSpec // per limit, its parameters (p.params, or the calendar's)
-	slot  int          // the Cluster slot of its keys; 0 outside a cluster
+	ctx  context.Context // the caller's, for a call sent on its own
+	p    *policy
+	keys []string // the Redis keys of its limits (a group's: its members')
+	// Its key's override key, and its keys then that key: what a script
+	// call of the request alone declares (see fill). "" and nil for a
+	// group.
+	okey     string
+	declared []string
+	n        int64
+	op       op           // take, charge or refund n
+	now      int64        // µs, or -1 for the server's TIME
+	specs    []scriptSpec // per limit, its parameters (p.params, or the calendar's)
+	slot     int          // the Cluster slot of its keys; 0 outside a cluster
 
 	// A group (see Store.TakeGroup) is one call whose keys are its
 	// members', decided in one script call: group holds the members, and
@@ -48,9 +53,9 @@ type call struct {
 	asked     time.Time // when it queued
 	work      int64     // its sliding-log work (logWork), set as it queues
 
-	// The storage of keys and out for a lone limit, so that a decision
-	// allocates neither.
-	kbuf [1]string
+	// The storage of declared (so keys) and out for a lone limit, so that
+	// a decision allocates neither.
+	kbuf [2]string
 	obuf [4]int64
 }
 

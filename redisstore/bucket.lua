@@ -61,15 +61,14 @@ local function elsewhere(oraw)
   return spack('>BI4', RECORD_ELSEWHERE, #oraw) .. oraw
 end
 
--- readOverride reads the override of the key whose state is key, and
+-- readOverride reads the override at okey, a key's override key, and
 -- returns it parsed and as stored (false, false for none), or nil, nil
 -- and an error reply.
-local function readOverride(key)
-  local okey = overrideKey(key)
+local function readOverride(okey)
   local oraw = rpcall('GET', okey)
   if type(oraw) == 'table' and oraw.err then return nil, nil, readError(okey, oraw.err) end
   if not oraw then return false, false end
-  local ov = parseOverride(oraw, key)
+  local ov = parseOverride(oraw)
   if not ov then return nil, nil, corrupt(okey) end
   return ov, oraw
 end
@@ -134,35 +133,35 @@ end
 -- nothing and has no override, see markAbsent): it returns the override
 -- (parsed and as stored, or false), the length of the key's value (0 for
 -- none), and the state (zeros for none); or nil and an error reply.
-local function readBucket(key, raw)
+local function readBucket(key, okey, raw)
   if raw == true then return false, false, 0, 0, 0, 0, 0, 0, 0 end
   if not raw then raw = rpcall('GET', key) end
   if not raw then
-    local ov, oraw, err = readOverride(key)
+    local ov, oraw, err = readOverride(okey)
     if err then return nil, err end
     return ov, oraw, 0, 0, 0, 0, 0, 0, 0
   end
   local tat, f, sr, last, skew, e, bare = parseBucket(raw)
   if not tat then return nil, stateError(key, raw) end
   if bare then return false, false, #raw, tat, f, sr, last, skew, e end
-  local ov, oraw, err = readOverride(key)
+  local ov, oraw, err = readOverride(okey)
   if err then return nil, err end
   return ov, oraw, #raw, tat, f, sr, last, skew, e
 end
 
 -- readWindow is readBucket for a fixed window's state.
-local function readWindow(key, raw)
+local function readWindow(key, okey, raw)
   if raw == true then return false, false, 0, 0, 0, 0, 0, 0 end
   if not raw then raw = rpcall('GET', key) end
   if not raw then
-    local ov, oraw, err = readOverride(key)
+    local ov, oraw, err = readOverride(okey)
     if err then return nil, err end
     return ov, oraw, 0, 0, 0, 0, 0, 0
   end
   local start, stop, count, last, skew, bare = parseFixed(raw)
   if not start then return nil, stateError(key, raw) end
   if bare then return false, false, #raw, start, stop, count, last, skew end
-  local ov, oraw, err = readOverride(key)
+  local ov, oraw, err = readOverride(okey)
   if err then return nil, err end
   return ov, oraw, #raw, start, stop, count, last, skew
 end
@@ -171,15 +170,15 @@ end
 -- window (FIXED) at key as this call has it in seen, reading it at the key's
 -- first decision of the call (or taking raw, its value as MGET read it,
 -- see readBucket); or nil and an error reply.
-local function loadState(key, seen, kind, raw)
+local function loadState(key, okey, seen, kind, raw)
   local s = seen[key]
   if s then return s end
   if kind == BUCKET then
-    local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
+    local ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, okey, raw)
     if ov == nil then return nil, oraw end
     s = newBucket(ov, oraw, size, tat, f, sr, last, skew, e)
   else
-    local ov, oraw, size, start, stop, count, last, skew = readWindow(key, raw)
+    local ov, oraw, size, start, stop, count, last, skew = readWindow(key, okey, raw)
     if ov == nil then return nil, oraw end
     s = newWindow(ov, oraw, size, start, stop, count, last, skew)
   end
@@ -270,7 +269,7 @@ end
 -- It returns the decision's record (see RECORD_DECISION), or nil and an
 -- error reply: as a second value, which costs Lua less to tell from a
 -- record than the type of one value does.
-local function decideBucketKey(key, arg, serverTime, seen, raw)
+local function decideBucketKey(key, okey, arg, serverTime, seen, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local mode = bMode
@@ -280,7 +279,7 @@ local function decideBucketKey(key, arg, serverTime, seen, raw)
   local s = seen[key]
   if not s then
     local err
-    s, err = loadState(key, seen, BUCKET, raw)
+    s, err = loadState(key, okey, seen, BUCKET, raw)
     if not s then return nil, err end
   end
 
@@ -329,7 +328,7 @@ end
 -- times. For the same reason (a Lua call is not free), the commonest
 -- state, one that MGET read for a key without an override, skips
 -- readBucket, and its commonest write skips fmtBucket and writeState.
-local function decideBucketLone(key, arg, serverTime, raw)
+local function decideBucketLone(key, okey, arg, serverTime, raw)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local mode = bMode
@@ -346,7 +345,7 @@ local function decideBucketLone(key, arg, serverTime, raw)
     if bare then ov, oraw, size = false, false, #raw end
   end
   if not bare then
-    ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, raw)
+    ov, oraw, size, tat, f, sr, last, skew, e = readBucket(key, okey, raw)
     if ov == nil then return nil, oraw end
   end
   if ov then
@@ -415,7 +414,7 @@ end
 -- doubles (struct.pack '>ddddd'): now in µs (or -1 for the server's TIME),
 -- the cost n (0 peeks; -n charges n whatever the limit says, as core's
 -- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
-local function decideWindowKey(key, arg, serverTime, seen, raw)
+local function decideWindowKey(key, okey, arg, serverTime, seen, raw)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
@@ -426,7 +425,7 @@ local function decideWindowKey(key, arg, serverTime, seen, raw)
   local s = seen[key]
   if not s then
     local err
-    s, err = loadState(key, seen, FIXED, raw)
+    s, err = loadState(key, okey, seen, FIXED, raw)
     if not s then return nil, err end
   end
 
@@ -457,7 +456,7 @@ end
 
 -- decideWindowLone is decideWindowKey for a key that no other request of
 -- the call names, as decideBucketLone is for a bucket.
-local function decideWindowLone(key, arg, serverTime, raw)
+local function decideWindowLone(key, okey, arg, serverTime, raw)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
@@ -475,7 +474,7 @@ local function decideWindowLone(key, arg, serverTime, raw)
     if bare then ov, oraw, size = false, false, #raw end
   end
   if not bare then
-    ov, oraw, size, s, se, count, last, skew = readWindow(key, raw)
+    ov, oraw, size, s, se, count, last, skew = readWindow(key, okey, raw)
     if ov == nil then return nil, oraw end
   end
   local found = size > 0
@@ -509,13 +508,13 @@ end
 -- or a bucket's, by the length of its argument, on the call's state of
 -- its key in seen, or without (nil) on a key of its own; raw is the key's
 -- value if the call read it already (see readBucket).
-local function decideFastKey(key, arg, serverTime, seen, raw)
+local function decideFastKey(key, okey, arg, serverTime, seen, raw)
   if #arg < BUCKET_ARG then
-    if seen then return decideWindowKey(key, arg, serverTime, seen, raw) end
-    return decideWindowLone(key, arg, serverTime, raw)
+    if seen then return decideWindowKey(key, okey, arg, serverTime, seen, raw) end
+    return decideWindowLone(key, okey, arg, serverTime, raw)
   end
-  if seen then return decideBucketKey(key, arg, serverTime, seen, raw) end
-  return decideBucketLone(key, arg, serverTime, raw)
+  if seen then return decideBucketKey(key, okey, arg, serverTime, seen, raw) end
+  return decideBucketLone(key, okey, arg, serverTime, raw)
 end
 
 -- bucketFlush writes the states in seen that decideFastKey changed, once
@@ -535,10 +534,10 @@ local function bucketFlush(seen)
 end
 
 -- bucketOne decides one request on the bucket or fixed window whose state
--- is key: the fast path's function.
-local function bucketOne(key, arg)
+-- is key, and whose override key is okey: the fast path's function.
+local function bucketOne(key, okey, arg)
   callNow = false
-  local r, err = decideFastKey(key, arg, timeMicros, nil)
+  local r, err = decideFastKey(key, okey, arg, timeMicros, nil)
   return r or err
 end
 
@@ -549,7 +548,8 @@ end
 
 -- checkGroup checks the count requests of a group whose keys start at
 -- keys[k] and arguments at argv[a] (the values of keys from keys[base + 1]
--- on as MGET read them in rest, see bucketBatch), and returns nothing
+-- on as MGET read them in rest, see bucketBatch; the override key of
+-- keys[i] is keys[n + i]), and returns nothing
 -- when the fast path decides them all, or the record that answers the
 -- whole group instead: an error, or an override that is decide.lua's. So
 -- a group is decided whole or not at all, as decide.lua decides it. A
@@ -558,7 +558,7 @@ end
 -- lone request; any other's state is loaded in seen (see loadState), on
 -- which bucketBatch then decides it. A lone one's state is parsed twice,
 -- here and by its decision, which costs Redis less than loading it.
-local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
+local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base, n)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
     local size, raw = #arg, rest[k + j - base]
@@ -574,7 +574,7 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base)
     if not bare then
       local kind = BUCKET
       if size < BUCKET_ARG then kind = FIXED end
-      local s, err = loadState(key, seen, kind, raw)
+      local s, err = loadState(key, keys[n + k + j], seen, kind, raw)
       if not s then return errRecord(err) end
       if s.ov then
         -- Only an override can send the group elsewhere (liveOverride).
@@ -620,7 +620,8 @@ local function anyExists(keys, m)
   return false
 end
 
--- markAbsent takes vals, the values that MGET read of keys[base + 1] on,
+-- markAbsent takes vals, the values that MGET read of keys[base + 1] on
+-- (whose override keys are n further on, see bucketBatch),
 -- and when none of the keys at which it found no value (false) holds
 -- anything, and none of them has an override (one EXISTS of them all and
 -- their override keys), sets those values to true. Their decisions then
@@ -630,12 +631,11 @@ end
 -- new keys, a limit per client address say, makes one call to Redis for
 -- them rather than two each. When any of them holds something, each
 -- decision reads its own, as before.
-local function markAbsent(vals, keys, base)
+local function markAbsent(vals, keys, base, n)
   local m = 0
   for i = 1, #vals do
     if not vals[i] then
-      local key = keys[base + i]
-      absentKeys[m + 1], absentKeys[m + 2] = key, overrideKey(key)
+      absentKeys[m + 1], absentKeys[m + 2] = keys[base + i], keys[n + base + i]
       m = m + 2
     end
   end
@@ -657,9 +657,10 @@ local groupSizes = {}
 -- and reallocate, at every call.
 local records = {}
 
--- bucketBatch decides, in order, one request per key of KEYS, each on the
--- bucket or fixed window whose state is that key, with its argument in
--- ARGV (as decideFastKey's), or a group of requests: an argument "g<count>"
+-- bucketBatch decides, in order, one request per key of the first half of
+-- keys (KEYS), each on the bucket or fixed window whose state is that key,
+-- and whose override key is at the same place in the second half, with
+-- its argument in argv (ARGV, as decideFastKey's), or a group of requests: an argument "g<count>"
 -- before the count requests' own, decided in order, one after the other,
 -- as decide.lua decides a group that is not all or nothing. Each decision
 -- sees the ones before it. A request whose argument is one byte longer
@@ -675,6 +676,7 @@ local function bucketBatch(keys, argv)
   nBuckets, nWindows, callNow = 0, 0, false
   local out, serverTime = records, callTime
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
+  local n = floor(#keys / 2) -- the requests; keys[n + k] is keys[k]'s override key
   -- The requests on keys of their own come first (see lonesFirst in
   -- fastpath.go), and one MGET reads their states: each call from Lua has
   -- a fixed cost besides the command's own work.
@@ -686,7 +688,7 @@ local function bucketBatch(keys, argv)
   end
   if lone > 1 then
     pre = mget(keys, 1, lone)
-    markAbsent(pre, keys, 0)
+    markAbsent(pre, keys, 0, n)
   end
   -- seen, the states of keys that several requests name (see loadState):
   -- those requests and the groups all come after the lone ones, and a
@@ -708,17 +710,17 @@ local function bucketBatch(keys, argv)
         groupSizes[arg] = count
       end
       if not rest then
-        rest, base = mget(keys, k, #keys), k - 1
-        markAbsent(rest, keys, base)
+        rest, base = mget(keys, k, n), k - 1
+        markAbsent(rest, keys, base, n)
       end
-      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base)
+      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base, n)
       for j = 0, count - 1 do
         m = m + 1
         local d, err = r, nil
         if not r then
           local key = keys[k + j]
           -- On the call's state of its key if checkGroup loaded it.
-          d, err = decideFastKey(key, argv[a + 1 + j], serverTime, seen[key] and seen, rest[k + j - base])
+          d, err = decideFastKey(key, keys[n + k + j], argv[a + 1 + j], serverTime, seen[key] and seen, rest[k + j - base])
         end
         out[m] = d or errRecord(err)
       end
@@ -727,13 +729,13 @@ local function bucketBatch(keys, argv)
       -- decideFastKey's dispatch, written out: a lone decision's path.
       local r, err
       if size == BUCKET_ARG then
-        r, err = decideBucketLone(keys[k], arg, serverTime, pre and pre[k])
+        r, err = decideBucketLone(keys[k], keys[n + k], arg, serverTime, pre and pre[k])
       elseif size == WINDOW_ARG then
-        r, err = decideWindowLone(keys[k], arg, serverTime, pre and pre[k])
+        r, err = decideWindowLone(keys[k], keys[n + k], arg, serverTime, pre and pre[k])
       elseif size > BUCKET_ARG then
-        r, err = decideBucketKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
+        r, err = decideBucketKey(keys[k], keys[n + k], arg, serverTime, seen, rest and rest[k - base])
       else
-        r, err = decideWindowKey(keys[k], arg, serverTime, seen, rest and rest[k - base])
+        r, err = decideWindowKey(keys[k], keys[n + k], arg, serverTime, seen, rest and rest[k - base])
       end
       m = m + 1
       out[m] = r or errRecord(err)

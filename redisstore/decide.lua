@@ -9,7 +9,9 @@
 -- them to identical results.
 --
 -- KEYS     the keys of every request in order: for each, the state of its
---          limit i (a string, or a sorted set for a sliding log)
+--          limit i (a string, or a sorted set for a sliding log), then
+--          the key's override key; after every item's, the keys of
+--          overrides' limits that the client declares (see undeclared)
 -- ARGV[1]  milliseconds added to every expiry (0 with server time)
 -- ARGV[2]  the number of distinct limits (specs) that follow, one
 --          argument each: 11 big-endian doubles (struct.pack
@@ -91,23 +93,55 @@ local function num(s)
   return v
 end
 
--- lookupOverride returns the override of the key whose first state key
--- is firstKey at now, false for none (or an expired one), or nil and an
--- error reply.
-local function lookupOverride(firstKey, now)
-  local okey = overrideKey(firstKey)
+-- keySet holds the call's keys as a set, built when an override first
+-- needs it (see undeclared): nil before.
+local keySet
+
+-- undeclared returns the first of keys, an override's limits' keys (see
+-- parseOverride), that the call's keys do not hold, or nil when it holds
+-- them all. An override whose limits are the Policy's, the commonest, has
+-- the request's own keys; the client declares any others once it knows
+-- the override (see undeclaredReply).
+local function undeclared(keys)
+  if not keySet then
+    keySet = {}
+    for i = 1, #KEYS do keySet[KEYS[i]] = true end
+  end
+  for i = 1, #keys do
+    if not keySet[keys[i]] then return keys[i] end
+  end
+end
+
+-- undeclaredReply is the answer to an item that needs the keys of the
+-- override raw at okey, which the call does not declare: "?", okey, a
+-- newline and raw, from which the client works them out and sends the
+-- item again with them. The item has changed nothing: its error undoes
+-- its group, as any error does.
+local function undeclaredReply(okey, raw)
+  return {err = '?' .. okey .. '\n' .. raw}
+end
+
+-- lookupOverride returns the override at okey, a key's override key, at
+-- now, false for none (or an expired one), or nil and an error reply; an
+-- override with limits whose keys the call does not declare gives
+-- undeclaredReply's.
+local function lookupOverride(okey, now)
   local ov = overrides[okey]
   if ov == nil then
     local raw = rpcall('GET', okey)
     if type(raw) == 'table' and raw.err then return nil, readError(okey, raw.err) end
     ov = false
     if raw then
-      ov = parseOverride(raw, firstKey)
+      ov = parseOverride(raw, okey)
       if not ov then return nil, corrupt(okey) end
     end
     overrides[okey] = ov
   end
   if ov and ov.expires and ov.expires <= now then return false end
+  if ov and not ov.declared then
+    if undeclared(ov.keys) then return nil, undeclaredReply(okey, ov.raw) end
+    ov.declared = true
+  end
   return ov
 end
 
@@ -444,7 +478,8 @@ local function fail(out, base, err)
 end
 
 -- decide decides one request of cost n at now against the nk limits whose
--- keys follow KEYS[k0] and whose specs are specs[ARGV[a0 + i]], or, when
+-- keys follow KEYS[k0] (then the key's override key) and whose specs are
+-- specs[ARGV[a0 + i]], or, when
 -- the key has an override, against the override's limits; appends its
 -- results to out (after "=" and the override's value, for an override),
 -- and charges it if every limit allows it. It returns nil, the number of
@@ -452,7 +487,7 @@ end
 -- reply (and appends nothing).
 local function decide(specs, k0, nk, n, now, a0, out, extra, mode)
   local b0 = #out
-  local ov, oerr = lookupOverride(KEYS[k0 + 1], now)
+  local ov, oerr = lookupOverride(KEYS[k0 + nk + 1], now)
   if ov == nil then return oerr end
   local base = b0
   if ov then
@@ -568,7 +603,7 @@ local function decideGroup(k0, a, count, all, out)
         done[#done + 1] = {k0 = k0, nk = nk, n = n, now = now, a0 = a + 3, charged = allowed and n > 0 and mode ~= REFUND, ob = ob, count = count}
       end
     end
-    k0, a = k0 + nk, a + 3 + nk
+    k0, a = k0 + nk + 1, a + 3 + nk
   end
   if err then undo = true end
   if (all or err) and undo then
@@ -636,7 +671,9 @@ local function makeCarry()
   -- value carries the key from those limits, see Rebase in
   -- override.go), its TTL in ms (0 none; the value
   -- then records when it expires, on the decisions' time line), now, and
-  -- the Policy's nb limits (its keys follow KEYS[k0]). It sets or deletes the
+  -- the Policy's nb limits (its keys follow KEYS[k0], then the key's
+  -- override key and limit 0's keys as a bucket and as a fixed window,
+  -- "<prefix>{key}:0b" and "…:0f", for markOverridden). It sets or deletes the
   -- override and moves the key's usage from its old limits to its new ones
   -- as the strategy says, in the steps core.Carry describes: it peeks each
   -- old limit and the new one, charges what is above the target, or
@@ -646,26 +683,34 @@ local function makeCarry()
   -- nil or an error reply.
   local function carry(k0, a, nb)
     local st, raw, ttl = tonumber(ARGV[a + 2]), ARGV[a + 3], tonumber(ARGV[a + 4])
+    local rebase = sub(raw, 1, 1) == '<'
     local now = serverNow(tonumber(ARGV[a + 5]))
     local base = {specs = {}, keys = {}}
     for i = 1, nb do base.specs[i], base.keys[i] = specs[tonumber(ARGV[a + 6 + i])], KEYS[k0 + i] end
-    local from, err = lookupOverride(base.keys[1], now)
-    if from == nil then return err end
+    local okey = KEYS[k0 + nb + 1]
+    local from, err = lookupOverride(okey, now)
+    if from == nil then
+      if rebase and sub(err.err, 1, 1) == '?' then
+        -- The key is overridden all the same, and keeps it.
+        return redis.error_reply('FLOODGATE overridden')
+      end
+      return err
+    end
     local to = base
-    local okey = overrideKey(base.keys[1])
-    local rebase = sub(raw, 1, 1) == '<'
     if rebase then
       -- Rebaser.Rebase: from the old limits "<"..raw to the Policy's,
       -- unless an override decides the key.
       if from then return redis.error_reply('FLOODGATE overridden') end
-      from = parseOverride(sub(raw, 2), base.keys[1])
+      from = parseOverride(sub(raw, 2), okey)
       if not from then return redis.error_reply('FLOODGATE invalid limits ' .. raw) end
+      if undeclared(from.keys) then return undeclaredReply(okey, sub(raw, 2)) end
     else
       if not from then from = base end
       if raw ~= '' then
         if ttl > 0 then raw = 'fg1@' .. fmt(now + ttl * 1000) .. sub(raw, 4) end
-        to = parseOverride(raw, base.keys[1])
+        to = parseOverride(raw, okey)
         if not to then return redis.error_reply('FLOODGATE invalid override ' .. raw) end
+        if undeclared(to.keys) then return undeclaredReply(okey, raw) end
       end
     end
     -- Every state is read before anything is written, so that a corrupt
@@ -689,7 +734,7 @@ local function makeCarry()
       -- Redis's own expiry only cleans up: the time line decides.
       if ttl > 0 then call('SET', okey, raw, 'PX', ttl + extra) else call('SET', okey, raw) end
       -- The fast path's states of the key must look for it now.
-      markOverridden(stateBase(base.keys[1]))
+      markOverridden(KEYS[k0 + nb + 2], KEYS[k0 + nb + 3])
     else
       call('DEL', okey)
     end
@@ -734,11 +779,22 @@ local function makeCarry()
   return carry
 end
 
+-- integers makes the numbers of out integers, on Lua 5.4 (toint), where
+-- arithmetic on struct's doubles gives floats, which a server would
+-- answer as doubles rather than as Redis's integers. Every one of them
+-- is a whole number.
+local function integers(out)
+  for i = 1, #out do
+    local v = out[i]
+    if type(v) == 'number' then out[i] = toint(v) end
+  end
+end
+
 -- decideBatch decides one call: its items, in order (see the top of this
 -- file), and then writes the string states they changed.
 local function decideBatch(keys, argv)
   KEYS, ARGV = keys, argv
-  states, ttls, dirty, overrides, servernow = {}, {}, {}, {}, nil
+  states, ttls, dirty, overrides, servernow, keySet = {}, {}, {}, {}, nil, nil
   extra = tonumber(ARGV[1])
   local nspecs = tonumber(ARGV[2])
   specs = {}
@@ -752,11 +808,11 @@ local function decideBatch(keys, argv)
     elseif head == 'o' then
       local nb = tonumber(ARGV[a + 6])
       err = makeCarry()(k0, a, nb)
-      k0, a = k0 + nb, a + 6 + nb
+      k0, a = k0 + nb + 3, a + 6 + nb
     else
       local nk, n, now, mode = readRequest(a)
       err = decide(specs, k0, nk, n, now, a + 3, out, extra, mode)
-      k0, a = k0 + nk, a + 3 + nk
+      k0, a = k0 + nk + 1, a + 3 + nk
     end
     if err then out[#out + 1] = err.err end
   end
@@ -777,5 +833,6 @@ local function decideBatch(keys, argv)
       if ttls[key] then call('SET', key, value, 'PX', ttls[key]) else call('SET', key, value, 'KEEPTTL') end
     end
   end
+  if toint then integers(out) end
   return out
 end

@@ -91,7 +91,9 @@ func (s *Store) TakePipeline(ctx context.Context, pol core.Policy, keys []string
 // prepared.
 func (s *Store) testCall(ctx context.Context, pol core.Policy, key string, n int64) *call {
 	p := pol.(*policy)
-	return &call{ctx: ctx, p: p, keys: p.keys(key), n: n, now: s.nowArg(), specs: p.params, op: opTake}
+	c := &call{ctx: ctx, p: p, n: n, now: s.nowArg(), specs: p.params, op: opTake}
+	p.setKeys(c, key)
+	return c
 }
 
 // decisions returns each of calls' decision and error.

@@ -29,44 +29,31 @@ import (
 //go:embed bucket.lua
 var bucketSource string
 
-// bucketScript and bucketsScript are the fast path as scripts: one
-// decision, and a batch of them.
-var (
-	bucketScript  = redis.NewScript(expandLua(preludeSource + "init()\n" + bucketSource + "return bucketOne(KEYS[1], ARGV[1])\n"))
-	bucketsScript = redis.NewScript(expandLua(preludeSource + "init()\n" + bucketSource + "return bucketBatch(KEYS, ARGV)\n"))
-)
-
 // The function library holds the fast path and decide.lua as Redis
 // functions (Redis 7 and later), called with FCALL. They decide exactly as
-// bucketScript and decideScript do, with the same code, but cost Redis
+// the scripts do (see scriptSet), with the same code, but cost Redis
 // less per call: a script's chunk runs at every call, binding its globals
 // and building its helper closures each time, where a library's runs
 // once, at load. For decide.lua, whose chunk builds some thirty helpers,
 // that is most of the cost of a call that decides one request. The
 // library and its functions are named by a hash of the library's code, so
 // that floodgate versions sharing a Redis never call each other's code
-// (the code with Go's constants written in, see protocol.go).
-var (
-	libraryCode, libraryName = library()
-	bucketFunction           = libraryName + "_bucket"
-	bucketsFunction          = libraryName + "_buckets"
-	decideFunction           = libraryName + "_decide"
-)
-
-func library() (code, name string) {
-	body := expandLua(preludeSource + bucketSource + decideSource)
-	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body)))[:26]
+// (the code with Go's constants written in, see protocol.go). entry is
+// scriptSet's.
+func library(prelude, entry string) (code, name string) {
+	body := expandLua(prelude + bucketSource + decideSource)
+	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body+entry)))[:26]
 	code = "#!lua name=" + name + "\n" + body +
 		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
-		"  if not call then init() end\n" +
-		"  return bucketOne(keys[1], args[1])\n" +
+		"  if not call then init() end\n" + entry +
+		"  return bucketOne(keys[1], keys[2], args[1])\n" +
 		"end)\n" +
 		"redis.register_function('" + name + "_buckets', function(keys, args)\n" +
-		"  if not call then init() end\n" +
+		"  if not call then init() end\n" + entry +
 		"  return bucketBatch(keys, args)\n" +
 		"end)\n" +
 		"redis.register_function('" + name + "_decide', function(keys, args)\n" +
-		"  if not call then init() end\n" +
+		"  if not call then init() end\n" + entry +
 		"  return decideBatch(keys, args)\n" +
 		"end)\n"
 	return code, name
@@ -160,7 +147,7 @@ func (f *foreignKeys) settle(c *call) {
 // the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
-	s.readBucket(ctx, c, s.runBucket(ctx, c.keys, c.p.fast.boxed(c.now, c.n, c.op, false)))
+	s.readBucket(ctx, c, s.runBucket(ctx, c.declared, c.p.fast.boxed(c.now, c.n, c.op, false)))
 }
 
 // readBucket sets c's result from the fast path's reply cmd, and hands c
@@ -301,24 +288,25 @@ func putDouble(b []byte, v int64) {
 func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	calls, keys, args, n := bucketsArgs(calls)
 	s.counted(1, n)
-	res, err := s.run(ctx, bucketsFunction, bucketsScript, keys, args...).Text()
+	res, err := s.run(ctx, s.scripts.bucketsFn, s.scripts.buckets, keys, args...).Text()
 	s.readBuckets(ctx, calls, n, res, err)
 }
 
 // bucketsArgs returns calls in the order bucketBatch reads them, its keys
-// and arguments for them, and how many requests they hold (a group's
-// members each).
+// (each request's key, then each one's override key) and arguments for
+// them, and how many requests they hold (a group's members each).
 func bucketsArgs(calls []*call) ([]*call, []string, []any, int) {
 	n := 0
 	for _, c := range calls {
 		n += max(len(c.group), 1)
 	}
-	keys := appendKeys(make([]string, 0, n), calls)
+	keys := appendKeys(make([]string, 0, 2*n), calls)
 	var shared []bool                                               // for each of keys: whether another request names it too
 	if dup := repeats(keys); dup != nil || len(keys) > len(calls) { // repeats, or a group of several
 		calls, shared = lonesFirst(calls, dup, n)
 		keys = appendKeys(keys[:0], calls)
 	}
+	keys = appendOverrideKeys(keys, calls)
 	args := make([]any, 0, len(calls)+n)
 	i := 0 // keys[i] is c's first
 	for _, c := range calls {
@@ -391,6 +379,21 @@ func appendKeys(keys []string, calls []*call) []string {
 		}
 		for _, m := range c.group {
 			keys = append(keys, m.keys[0])
+		}
+	}
+	return keys
+}
+
+// appendOverrideKeys appends the override key of each request of calls,
+// as appendKeys appends their keys.
+func appendOverrideKeys(keys []string, calls []*call) []string {
+	for _, c := range calls {
+		if c.group == nil {
+			keys = append(keys, c.okey)
+			continue
+		}
+		for _, m := range c.group {
+			keys = append(keys, m.okey)
 		}
 	}
 	return keys
@@ -500,7 +503,12 @@ func (s *Store) bucketRecord(c *call, b string) (out []int64, rest string, err e
 		}
 		return out, rest, nil
 	case recordElsewhere:
-		if _, rest, ok := lengthPrefixed(b); ok {
+		if raw, rest, ok := lengthPrefixed(b); ok {
+			// decide.lua's call declares the keys of the override's
+			// limits.
+			if err := s.declareOverride(c.p, c.okey, raw); err != nil {
+				return nil, rest, err
+			}
 			return nil, rest, errNotFast
 		}
 	case recordError:
@@ -538,12 +546,12 @@ var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 // runBucket runs the fast path: with FCALL while Redis takes it, and with
 // EVALSHA otherwise.
 func (s *Store) runBucket(ctx context.Context, keys []string, arg any) *redis.Cmd {
-	return s.run(ctx, bucketFunction, bucketScript, keys, arg)
+	return s.run(ctx, s.scripts.bucketFn, s.scripts.bucket, keys, arg)
 }
 
 // runDecide runs decide.lua, as runBucket runs the fast path.
 func (s *Store) runDecide(ctx context.Context, keys []string, args ...any) *redis.Cmd {
-	return s.run(ctx, decideFunction, decideScript, keys, args...)
+	return s.run(ctx, s.scripts.decideFn, s.scripts.decide, keys, args...)
 }
 
 // run calls the library's function fn while Redis takes functions, and
@@ -605,8 +613,8 @@ func isRedisError(err error) bool {
 func (s *Store) loadLibrary(ctx context.Context) error {
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return c.FunctionLoadReplace(ctx, libraryCode).Err()
+			return c.FunctionLoadReplace(ctx, s.scripts.libraryCode).Err()
 		})
 	}
-	return s.client.FunctionLoadReplace(ctx, libraryCode).Err()
+	return s.client.FunctionLoadReplace(ctx, s.scripts.libraryCode).Err()
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -215,15 +216,44 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 	for i := range params {
 		args = append(args, i+1)
 	}
-	res, err := p.s.runDecide(ctx, keys, args...).Slice()
-	if s.denials != nil {
-		s.denials.forget(key)
+	// The keys: the Policy's, the override key, limit 0's keys as a
+	// bucket and as a fixed window (which markOverridden marks), and the
+	// keys of the limits the key is carried to (an override) or from (a
+	// rebase's) that the Policy's are not, and of the key's override as
+	// far as this process knows it. decide.lua answers an override it
+	// finds with other limits (a change in between) with those, and the
+	// item goes again.
+	okey := s.overrideKey(key)
+	base := strings.TrimSuffix(okey, "o")
+	declared := append(slices.Clip(keys), okey, base+"0b", base+"0f")
+	if limits := strings.TrimPrefix(raw, "<"); limits != "" {
+		specs, err := s.decoded.decode(limits)
+		if err != nil {
+			return "", err
+		}
+		declared = append(declared, p.extraKeys(okey, specs)...)
 	}
-	if err != nil || len(res) == 0 {
-		return "", err
+	for try := 1; ; try++ {
+		res, err := p.s.runDecide(ctx, s.overrideKeys.appendTo(declared, okey), args...).Slice()
+		if s.denials != nil {
+			s.denials.forget(key)
+		}
+		if err != nil || len(res) == 0 {
+			return "", err
+		}
+		msg, _ = res[0].(string)
+		undeclared, ok := strings.CutPrefix(msg, "?")
+		if !ok {
+			return msg, nil
+		}
+		got, over, _ := strings.Cut(undeclared, "\n")
+		if got != okey || try == maxDeclare {
+			return "", fmt.Errorf("%w: redis: the override of key %q changed %d times while it was set: %q", floodgate.ErrStore, key, try, msg)
+		}
+		if err := s.declareOverride(p, okey, over); err != nil {
+			return "", err
+		}
 	}
-	msg, _ = res[0].(string)
-	return msg, nil
 }
 
 // GetOverride implements core.Policy with a GET (and a TIME for an

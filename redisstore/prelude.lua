@@ -6,6 +6,23 @@
 -- A name in double braces is one of Go's constants, which Go writes in
 -- when it assembles the scripts (luaConstants in protocol.go): Lua keeps
 -- no copy of them.
+--
+-- Keys: every key the scripts name in a command is one of the call's keys,
+-- the list that the entry functions (bucketOne, bucketBatch, decideBatch)
+-- take: KEYS, declared, on a standalone server, Sentinel and a Cluster's
+-- one-slot calls. The Lua builds no key: the client computes the derived
+-- ones (a key's override key, the states that markOverridden marks, an
+-- override's limits' keys) and passes them; an override's limits' keys,
+-- which only the override says, are looked up among them (undeclared in
+-- decide.lua), and a key not there sends the request back to the client
+-- to declare it. Nothing here reads KEYS itself, so a caller may pass the
+-- list another way (as arguments, for a Cluster call across slots).
+--
+-- Lua 5.1 and 5.4: the code runs unchanged on both (Redis and Valkey run
+-- 5.1, Dragonfly 5.4). It uses no global that only one of them has
+-- (unpack is table.unpack's, 5.1's global), struct only (which both
+-- provide), and keeps every number it returns or packs an integer below
+-- 2^53, of either subtype; TestLua54 runs the pure functions on 5.4.
 
 local TWO53 = 9007199254740992
 -- MAXSKEW is core's MaxPeriod in µs: the most a key's time line may run
@@ -25,10 +42,13 @@ local SUFFIXES = {{SUFFIXES}}
 -- Globals read once: a global is a table lookup at every use. A library
 -- is loaded where only the redis table exists, so init binds them at the
 -- first call (a script calls it first thing).
-local floor, max, min, format, match, gmatch, sub, byte, concat, tonumber, type, sunpack, spack, call, rpcall, unpack
+-- toint is 5.4's math.tointeger, nil on 5.1, whose numbers are all
+-- doubles (see integers in decide.lua).
+local floor, max, min, format, match, gmatch, sub, byte, concat, tonumber, type, sunpack, spack, call, rpcall, unpack, toint
 local function init()
   floor, max, min, format, match, gmatch, sub, byte, concat = math.floor, math.max, math.min, string.format, string.match, string.gmatch, string.sub, string.byte, table.concat
-  tonumber, type, sunpack, spack, call, rpcall, unpack = _G.tonumber, _G.type, struct.unpack, struct.pack, redis.call, redis.pcall, _G.unpack
+  tonumber, type, sunpack, spack, call, rpcall = _G.tonumber, _G.type, struct.unpack, struct.pack, redis.call, redis.pcall
+  unpack, toint = table.unpack or _G.unpack, math.tointeger -- 5.4's, or 5.1's global
 end
 
 -- FLOOR: for x >= 0, floor(x) is written x - x % 1, which is exactly
@@ -40,7 +60,9 @@ end
 -- mulDiv is core.MulDiv: floor(a*b/c) and remainder, exactly, for
 -- 0 <= a, b and 0 < c < 2^52.
 local function mulDiv(a, b, c)
-  local p = a * b
+  -- A double's product: 5.4's integers (tonumber's) would wrap past 2^63
+  -- where a double only rounds past 2^53, which the branch below handles.
+  local p = (a + 0.0) * b
   if p < TWO53 then
     local q = p / c
     q = q - q % 1 -- floor(q), for q >= 0 (see FLOOR)
@@ -273,21 +295,22 @@ local function fmtFixed(s, se, count, last, skew, bare)
   return spack('>Bddddd', bare and 5 or 6, s, se, count, last, skew)
 end
 
--- MARKS is what markOverridden does: for the key of each kind's state,
--- the first byte that marks each unmarked form, by its tag and length.
-local MARKS = {{'0b', {['1:25'] = '\3', ['2:49'] = '\4'}}, {'0f', {['5:41'] = '\6'}}}
+-- MARKS is what markOverridden does: for the state of each kind that
+-- the fast path decides, the first byte that marks each unmarked form, by
+-- its tag and length.
+local MARKS = {{['1:25'] = '\3', ['2:49'] = '\4'}, {['5:41'] = '\6'}}
 
--- markOverridden marks the fast path's states of the key whose states
--- start with base (see stateBase), its bucket and its fixed window, as
--- ones that may have an override (see parseBucket and parseFixed),
--- keeping their values and expiries otherwise.
-local function markOverridden(base)
-  for _, m in ipairs(MARKS) do
-    local key = base .. m[1]
+-- markOverridden marks the fast path's states of a key, its limit 0's
+-- bucket at bkey and fixed window at fkey ("<prefix>{key}:0b" and "…:0f",
+-- which the client declares), as ones that may have an override (see
+-- parseBucket and parseFixed), keeping their values and expiries
+-- otherwise.
+local function markOverridden(bkey, fkey)
+  for i, key in ipairs({bkey, fkey}) do
     local raw = rpcall('GET', key)
     if type(raw) == 'string' then
-      local to = m[2][byte(raw) .. ':' .. #raw]
-      if to then call('SETRANGE', key, 0, to) end
+      local to = MARKS[i][byte(raw) .. ':' .. #raw]
+      if to then call('SETRANGE', key, '0', to) end
     end
   end
 end
@@ -368,34 +391,27 @@ local function readError(key, e)
 end
 
 -- Overrides (see override.go): a key's own limits, in the Redis key that
--- ends in ":o" beside its limits' states, "<prefix>{key}:o". Its value is
+-- ends in ":o" beside its limits' states, "<prefix>{key}:o", which the
+-- client declares with each request. Its value is
 -- "fg1", "@" and when it expires (µs, on the time line of the decisions,
 -- which Redis's own expiry backs) if it does, then
 -- ";kind,quota,rate,period,alg" per limit, then a newline and
 -- what only the client reads (the limits' names). Limit i of an override
 -- keeps its state in "<prefix>{key}:<i-1><kind letter>", as the client
 -- names a Policy's keys.
--- stateBase returns the first state key of a request (limit 0's, which
--- ends in "0" and its kind letter) without that suffix: "<prefix>{key}:".
-local function stateBase(firstKey)
-  return sub(firstKey, 1, -3)
-end
-
--- overrideKey returns the key of the override of the key whose first
--- state key is firstKey: "<prefix>{key}:o".
-local function overrideKey(firstKey)
-  return sub(firstKey, 1, -3) .. 'o'
-end
 
 -- parseOverride returns the limits of the override raw, as readSpec
--- builds them, and their keys beside firstKey (see stateBase); nil if raw
--- is not an override.
-local function parseOverride(raw, firstKey)
+-- builds them, and, given the override's key okey, the names of their
+-- keys beside it: names to look up among the call's keys (see undeclared
+-- in decide.lua), not to use unless found there; nil if raw is not an
+-- override. The fast path, which decides an override only on the
+-- request's own key, passes no okey.
+local function parseOverride(raw, okey)
   local head = match(raw, '^fg1([^\n]*)')
   if not head then return nil end
   local expires = match(head, '^@(%d+)')
   if expires then head = sub(head, #expires + 2); expires = tonumber(expires) end
-  local base = stateBase(firstKey)
+  local base = okey and sub(okey, 1, -2)
   local specs, keys = {}, {}
   for k, q, r, p in gmatch(head, ';(%d+),(%d+),(%d+),(%d+),%d+') do
     k, q, r, p = tonumber(k), tonumber(q), tonumber(r), tonumber(p)
@@ -405,8 +421,8 @@ local function parseOverride(raw, firstKey)
       sp.tauQ, sp.tauR = mulDiv(q, p, r)
     end
     if k < BUCKET or k > LOG or q < 1 or r < 1 or p < 1 then return nil end
+    if base then keys[#specs + 1] = base .. (#specs) .. sub(SUFFIXES, k, k) end -- suffixOf
     specs[#specs + 1] = sp
-    keys[#keys + 1] = base .. (#keys) .. sub(SUFFIXES, k, k) -- suffixOf
   end
   if #specs == 0 then return nil end
   return {raw = raw, specs = specs, keys = keys, expires = expires}

@@ -170,7 +170,7 @@ func TestExpandLua(t *testing.T) {
 		}()
 		expandLua("local NOPE = {{NOPE}}")
 	}()
-	if p := luaPlaceholder.FindString(libraryCode); p != "" {
+	if p := luaPlaceholder.FindString(scripts.libraryCode); p != "" {
 		t.Errorf("the function library holds the placeholder %s", p)
 	}
 }

@@ -52,7 +52,7 @@ func TestBucketRecord(t *testing.T) {
 	s := &Store{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &call{ctx: context.Background()}
+			c := &call{ctx: context.Background(), p: &policy{s: s}}
 			out, rest, err := s.bucketRecord(c, tt.reply)
 			if tt.want != nil {
 				if err != nil || !slices.Equal(out, tt.want) || rest != tt.rest {

@@ -133,6 +133,12 @@ type Store struct {
 	foreign foreignKeys
 	// cause is the client's last error since a success (see Cause).
 	cause atomic.Pointer[error]
+	// scripts are the Lua the Store runs: the package's scripts, or in
+	// tests a checked assembly of them.
+	scripts *scriptSet
+	// overrideKeys holds the keys of overrides' limits that requests
+	// declare besides their Policy's.
+	overrideKeys overrideKeys
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -159,7 +165,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "floodgate:"
 	}
-	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock, calClock: o.Clock}
+	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock, calClock: o.Clock, scripts: scripts}
 	if s.calClock == nil {
 		s.calClock = floodgate.SystemClock()
 	}
@@ -367,22 +373,34 @@ type policy struct {
 	logs, logQuota int64
 }
 
-// keys returns the Redis keys of key's limits, each built at its exact
-// size: one allocation per key, and one for the slice.
+// keys returns the Redis keys of key's limits.
 func (p *policy) keys(key string) []string {
-	return p.appendKeys(make([]string, 0, len(p.suffixes)), key)
+	return p.appendKeys(make([]string, 0, len(p.suffixes)+1), key, false)
 }
 
-// appendKeys appends the Redis keys of key's limits to dst, as keys
-// returns them, and returns the extended slice.
-func (p *policy) appendKeys(dst []string, key string) []string {
-	tag, braces := key, strings.ContainsAny(key, "{}")
+// appendKeys appends the Redis keys of key's limits to dst, then with
+// override key's override key, and returns the extended slice. The keys
+// are parts of one string, built at its exact size: one allocation for
+// them all, and none for dst when it has room.
+func (p *policy) appendKeys(dst []string, key string, override bool) []string {
+	// head is "<prefix>{key}:", or for a key with braces of its own
+	// "<prefix>{hash}key:" (see hashTag).
+	head := len(p.s.prefix) + len(key) + 3
+	tag, braces := "", strings.ContainsAny(key, "{}")
 	if braces {
-		tag = hashTag(key) // "{hash}", followed by the key itself
+		tag = hashTag(key)
+		head = len(p.s.prefix) + len(tag) + len(key) + 1
+	}
+	size := 0
+	for _, suffix := range p.suffixes {
+		size += head + len(suffix)
+	}
+	if override {
+		size += head + 1
 	}
 	var b strings.Builder
-	for _, suffix := range p.suffixes {
-		b.Grow(len(p.s.prefix) + len(tag) + len(key) + len(suffix) + 3)
+	b.Grow(size)
+	writeKey := func(suffix string) {
 		b.WriteString(p.s.prefix)
 		if !braces {
 			b.WriteByte('{')
@@ -394,8 +412,20 @@ func (p *policy) appendKeys(dst []string, key string) []string {
 		}
 		b.WriteByte(':')
 		b.WriteString(suffix)
-		dst = append(dst, b.String())
-		b = strings.Builder{}
+	}
+	for _, suffix := range p.suffixes {
+		writeKey(suffix)
+	}
+	if override {
+		writeKey("o")
+	}
+	all, at := b.String(), 0
+	for _, suffix := range p.suffixes {
+		dst = append(dst, all[at:at+head+len(suffix)])
+		at += head + len(suffix)
+	}
+	if override {
+		dst = append(dst, all[at:])
 	}
 	return dst
 }
@@ -480,13 +510,21 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 // slot.
 func (p *policy) fill(c *call, ctx context.Context, key string, n, now int64, o op) {
 	c.ctx, c.p, c.n, c.now, c.specs, c.op = ctx, p, n, now, p.params, o
-	c.keys = p.appendKeys(c.kbuf[:0], key)
+	p.setKeys(c, key)
 	if p.calendar {
 		c.specs = p.calendarParams(now)
 	}
 	if p.s.cluster {
 		c.slot = slotOf(c.keys[0])
 	}
+}
+
+// setKeys sets c's keys for key: its limits' keys, its override key, and
+// both as the keys it declares alone.
+func (p *policy) setKeys(c *call, key string) {
+	c.declared = p.appendKeys(c.kbuf[:0], key, true)
+	n := len(c.declared) - 1
+	c.keys, c.okey = c.declared[:n:n], c.declared[n]
 }
 
 // sendOne sends c, a lone call, in the batcher's next script call when

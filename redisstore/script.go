@@ -5,8 +5,11 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -23,13 +26,46 @@ var (
 	decideSource string
 )
 
-// decideScript is decide.lua as a script, for a Redis without functions
-// (see library). It is immutable; go-redis runs it with EVALSHA and falls
-// back to EVAL (which loads it) when Redis answers NOSCRIPT. The script's
-// KEYS and ARGV are taken before decide.lua's locals of the same names
-// hide them. expandLua writes Go's constants in (see protocol.go).
-var decideScript = redis.NewScript(expandLua("local scriptKeys, scriptArgv = KEYS, ARGV\n" +
-	preludeSource + "init()\n" + decideSource + "return decideBatch(scriptKeys, scriptArgv)\n"))
+// scriptSet is the scripts and the function library that a Store runs:
+// each is one chunk of prelude.lua, bucket.lua and decide.lua, with an
+// entry that calls bucketOne, bucketBatch or decideBatch with the call's
+// keys and arguments (see protocol.go's Assembly). It is immutable.
+type scriptSet struct {
+	// The scripts, for a Redis without functions (see library): go-redis
+	// runs each with EVALSHA, and falls back to EVAL (which loads it) when
+	// Redis answers NOSCRIPT.
+	bucket, buckets, decide *redis.Script
+	// The function library, its name, and its functions' names.
+	libraryCode, libraryName      string
+	bucketFn, bucketsFn, decideFn string
+}
+
+// scripts is the scriptSet of every Store: the scripts as they are.
+var scripts = newScriptSet(preludeSource, "")
+
+// newScriptSet assembles the scripts and the library from prelude (which
+// the tests give a checker of the keys the scripts name, see
+// TestDeclaredKeys) with entry, Lua run at each call with the call's keys
+// in keys, before its function ("" for nothing). The scripts take KEYS and
+// ARGV before decide.lua's locals of the same names hide them. expandLua
+// writes Go's constants in (see protocol.go).
+func newScriptSet(prelude, entry string) *scriptSet {
+	if entry != "" {
+		entry += "\n"
+	}
+	head := "local scriptKeys, scriptArgv = KEYS, ARGV\n" + prelude + "init()\n"
+	script := func(src, call string) *redis.Script {
+		return redis.NewScript(expandLua(head + src + "local keys = scriptKeys\n" + entry + "return " + call + "\n"))
+	}
+	set := &scriptSet{
+		bucket:  script(bucketSource, "bucketOne(keys[1], keys[2], scriptArgv[1])"),
+		buckets: script(bucketSource, "bucketBatch(keys, scriptArgv)"),
+		decide:  script(decideSource, "decideBatch(keys, scriptArgv)"),
+	}
+	set.libraryCode, set.libraryName = library(prelude, entry)
+	set.bucketFn, set.bucketsFn, set.decideFn = set.libraryName+"_bucket", set.libraryName+"_buckets", set.libraryName+"_decide"
+	return set
+}
 
 // scriptSpec is one limit's parameters as decide.lua reads them, in this
 // order, into a table with fields of the same names (see readSpec there).
@@ -113,12 +149,37 @@ func (s *Store) sendCall(ctx context.Context, calls []*call) {
 }
 
 // sendDecide runs calls whose keys share a slot in one call of
-// decide.lua.
+// decide.lua. A call that decide.lua sends back for the keys of its key's
+// override, which it does not declare (errUndeclared), goes again with
+// them, in a call of those alone: at most maxDeclare times, each after an
+// override that changed in between.
 func (s *Store) sendDecide(ctx context.Context, calls []*call) {
-	keys, args := s.decideArgs(calls)
-	s.counted(1, len(calls))
-	res, err := s.runDecide(ctx, keys, args...).Slice()
-	s.decideResult(calls, res, err)
+	send := calls
+	for try := 1; ; try++ {
+		keys, args := s.decideArgs(send)
+		s.counted(1, len(send))
+		res, err := s.runDecide(ctx, keys, args...).Slice()
+		s.decideResult(send, res, err)
+		var again []*call
+		for _, c := range send {
+			if c.err != errUndeclared {
+				continue
+			}
+			if try == maxDeclare {
+				c.err = fmt.Errorf("%w: redis: the override of a key changed %d times while it was decided", floodgate.ErrStore, maxDeclare)
+				continue
+			}
+			c.out, c.err = nil, nil
+			for _, m := range c.group {
+				m.out, m.err = nil, nil
+			}
+			again = append(again, c)
+		}
+		if again == nil {
+			break
+		}
+		send = again
+	}
 	for _, c := range calls {
 		if c.err == nil {
 			s.foreign.settle(c)
@@ -129,23 +190,49 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	}
 }
 
+// maxDeclare is the most script calls that sendDecide makes for a call.
+const maxDeclare = 3
+
+// errUndeclared is decideResult's answer for a call that decide.lua sent
+// back undecided, for the keys of an override that it did not declare
+// (see undeclaredReply in decide.lua); overrideKeys now holds them.
+var errUndeclared = errors.New("redisstore: the request's override has keys it did not declare")
+
 // decideArgs builds decide.lua's keys and arguments for calls whose keys
 // share a slot.
 func (s *Store) decideArgs(calls []*call) ([]string, []any) {
-	// The limits' specs go once each; requests name them by index.
+	// Each request declares its limits' keys and its override key, and
+	// after every request's, the keys of overrides' limits that requests
+	// know they need (overrideKeys).
 	var keys []string
-	if len(calls) == 1 {
-		keys = calls[0].keys
+	if len(calls) == 1 && calls[0].group == nil && s.overrideKeys.n.Load() == 0 {
+		keys = calls[0].declared
 	} else {
 		nk := 0
 		for _, c := range calls {
-			nk += len(c.keys)
+			nk += len(c.keys) + max(len(c.group), 1)
 		}
 		keys = make([]string, 0, nk)
 		for _, c := range calls {
-			keys = append(keys, c.keys...)
+			if c.group == nil {
+				keys = append(keys, c.declared...)
+			}
+			for _, m := range c.group {
+				keys = append(keys, m.declared...)
+			}
+		}
+		if s.overrideKeys.n.Load() > 0 {
+			for _, c := range calls {
+				if c.group == nil {
+					keys = s.overrideKeys.appendTo(keys, c.okey)
+				}
+				for _, m := range c.group {
+					keys = s.overrideKeys.appendTo(keys, m.okey)
+				}
+			}
 		}
 	}
+	// The limits' specs go once each; requests name them by index.
 	index := make(map[scriptSpec]int, 4)
 	var specs []*scriptSpec
 	items, reqArgs := 0, 0
@@ -232,13 +319,18 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 	for _, c := range calls {
 		if i < len(res) {
 			if msg, ok := res[i].(string); ok && !strings.HasPrefix(msg, "=") {
-				c.err = s.wrap(c.ctx, errors.New(msg))
+				if undeclared, ok := strings.CutPrefix(msg, "?"); ok {
+					c.err = s.undeclared(c, undeclared)
+				} else {
+					c.err = s.wrap(c.ctx, errors.New(msg))
+				}
 				i++
 				continue
 			}
 		}
 		if c.group == nil {
 			i, c.err = s.readOut(c, res, i)
+			s.overrideKeys.settle(c)
 			continue
 		}
 		// The members' results in one block (an overridden member's are
@@ -253,6 +345,7 @@ func (s *Store) decideResult(calls []*call, res []any, err error) {
 			if i, c.err = s.readOut(m, res, i); c.err != nil {
 				break
 			}
+			s.overrideKeys.settle(m)
 		}
 	}
 }
@@ -291,4 +384,110 @@ func (s *Store) readOut(c *call, res []any, i int) (int, error) {
 		c.out[j] = v
 	}
 	return i + 4*nk, nil
+}
+
+// undeclared reads decide.lua's answer for c when a request of it (c, or
+// a member of its group) needs the keys of its override, which the call
+// did not declare: the override key and, after a newline, the override
+// (see undeclaredReply in decide.lua). It records the keys that the
+// request must declare (overrideKeys) and returns errUndeclared, or an
+// error for an answer it cannot read.
+func (s *Store) undeclared(c *call, msg string) error {
+	okey, raw, ok := strings.Cut(msg, "\n")
+	r := c
+	if c.group != nil {
+		r = nil
+		for _, m := range c.group {
+			if m.okey == okey {
+				r = m
+				break
+			}
+		}
+	}
+	if !ok || r == nil || r.okey != okey {
+		return fmt.Errorf("%w: script asked for the keys of an override that no request of its call has: %q", floodgate.ErrStore, msg)
+	}
+	if err := s.declareOverride(r.p, okey, raw); err != nil {
+		return err
+	}
+	return errUndeclared
+}
+
+// declareOverride records the keys of the override raw at okey that a
+// request of p on its key declares besides p's own (see overrideKeys).
+func (s *Store) declareOverride(p *policy, okey, raw string) error {
+	limits, err := s.decoded.decode(raw)
+	if err != nil {
+		return err
+	}
+	s.overrideKeys.put(okey, p.extraKeys(okey, limits))
+	return nil
+}
+
+// extraKeys returns the keys of limits, an override's, beside the
+// override key okey, that p's keys are not: the Redis key of limit i is
+// "<prefix>{key}:<i><kind letter>" for an override's limits as for a
+// Policy's. nil when they are all p's.
+func (p *policy) extraKeys(okey string, limits []core.Spec) []string {
+	var extra []string
+	base := strings.TrimSuffix(okey, "o")
+	for i := range limits {
+		suffix := strconv.Itoa(i) + string(suffixOf(limits[i].Kind))
+		if !slices.Contains(p.suffixes, suffix) {
+			extra = append(extra, base+suffix)
+		}
+	}
+	return extra
+}
+
+// overrideKeys remembers, by a key's override key, the Redis keys of its
+// override's limits that its Policy's keys are not: decide.lua decides a
+// request on an overridden key with the override's limits, whose keys the
+// request must declare. They are learnt from a reply that carries the
+// override (errNotFast, errUndeclared), so that the key's next requests
+// declare them at once; a request decided without an override drops its
+// key's. It holds at most overrideKeysMax keys, and starts again empty
+// when full.
+type overrideKeys struct {
+	n  atomic.Int32 // len(m), read without the lock
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+const overrideKeysMax = 4096
+
+// appendTo appends the keys recorded for the override key okey to keys.
+func (o *overrideKeys) appendTo(keys []string, okey string) []string {
+	if o.n.Load() == 0 {
+		return keys
+	}
+	o.mu.Lock()
+	keys = append(keys, o.m[okey]...)
+	o.mu.Unlock()
+	return keys
+}
+
+// put records extra, the keys that requests on the key whose override key
+// is okey declare besides their Policy's; nil records that they need
+// none.
+func (o *overrideKeys) put(okey string, extra []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if extra == nil {
+		delete(o.m, okey)
+	} else {
+		if o.m == nil || len(o.m) >= overrideKeysMax {
+			o.m = make(map[string][]string)
+		}
+		o.m[okey] = extra
+	}
+	o.n.Store(int32(len(o.m)))
+}
+
+// settle drops c's key's record when decide.lua decided c without an
+// override.
+func (o *overrideKeys) settle(c *call) {
+	if c.limits == nil && o.n.Load() > 0 {
+		o.put(c.okey, nil)
+	}
 }

@@ -89,7 +89,7 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		calls []*call // in the order the script reads them
 		group []*call // as grouped, to send alone if the function is missing
 		n     int     // requests
-		one   bool    // a lone request: bucketFunction's reply
+		one   bool    // a lone request: the bucket function's reply
 		cmd   *redis.Cmd
 	}
 	var ps []piped
@@ -104,11 +104,11 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		if len(g) == 1 && !inGroups {
 			c := g[0]
 			ps = append(ps, piped{calls: g, group: g, n: 1, one: true,
-				cmd: pipe.FCall(ctx, bucketFunction, c.keys, c.p.fast.boxed(c.now, c.n, c.op, false))})
+				cmd: pipe.FCall(ctx, s.scripts.bucketFn, c.declared, c.p.fast.boxed(c.now, c.n, c.op, false))})
 			continue
 		}
 		ordered, keys, args, n := bucketsArgs(g)
-		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: pipe.FCall(ctx, bucketsFunction, keys, args...)})
+		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: pipe.FCall(ctx, s.scripts.bucketsFn, keys, args...)})
 	}
 	var wg sync.WaitGroup
 	if len(alone) > 0 {
