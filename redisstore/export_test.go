@@ -2,9 +2,46 @@ package redisstore
 
 import (
 	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/floodgate/floodgate/core"
 )
+
+// declaredChecker is the tests' checker of the keys the scripts name (see
+// testdata/declared.lua).
+//
+//go:embed testdata/declared.lua
+var declaredChecker string
+
+// The Lua of prelude.lua's init that binds the scripts' commands, and
+// what the checked scripts bind instead.
+const (
+	redisCalls   = "redis.call, redis.pcall"
+	checkedCalls = "checkedCall, checkedPcall"
+)
+
+// checkedScripts are the scripts with the checker: every command they
+// send is checked against the call's keys.
+var checkedScripts = sync.OnceValue(func() *scriptSet {
+	if n := strings.Count(preludeSource, redisCalls); n != 1 {
+		panic(fmt.Sprintf("prelude.lua names %q %d times, want once, in init: the key checker binds its own there", redisCalls, n))
+	}
+	return newScriptSet(declaredChecker+strings.Replace(preludeSource, redisCalls, checkedCalls, 1), "checkKeys(keys)")
+})
+
+// CheckDeclaredKeys makes s run the scripts with a checker that fails a
+// script call which names a key it did not declare (testdata/declared.lua),
+// as Dragonfly does. Call it before s decides anything.
+func (s *Store) CheckDeclaredKeys() { s.scripts = checkedScripts() }
+
+// DeclaredChecker returns the checker's Lua, and the checked library's
+// code.
+func DeclaredChecker() (checker, library string) {
+	return declaredChecker, checkedScripts().libraryCode
+}
 
 // SlotOf exports slotOf to the tests.
 var SlotOf = slotOf
