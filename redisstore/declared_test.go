@@ -95,3 +95,69 @@ func TestDeclaredChecker(t *testing.T) {
 		})
 	}
 }
+
+// A request on a key whose override has limits of other kinds than its
+// Policy's declares their keys: the first one from a process that does
+// not know the override yet goes back once for them (two script calls),
+// the next ones declare them at once (one), and a request after the
+// override is gone declares them no more. Setting an override over one
+// with keys the setter does not know goes back once too. All with the
+// key checker, on the fast path's Policy and on decide.lua's.
+func TestOverrideKeysDeclared(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Base)
+	override := floodgate.Override{Limits: []floodgate.Limit{floodgate.SlidingWindow(50, time.Minute), floodgate.SlidingLog(20, time.Minute)}}
+	for _, tt := range []struct {
+		name   string
+		limits []floodgate.Limit
+		first  uint64 // script calls of a fresh process's first request
+	}{
+		// The fast path hands the request to decide.lua with the keys.
+		{"fast-path", []floodgate.Limit{floodgate.TokenBucket(100, time.Second, 100)}, 2},
+		// decide.lua sends it back once for them.
+		{"decide", []floodgate.Limit{floodgate.TokenBucket(100, time.Second, 100), floodgate.FixedWindow(1000, time.Hour)}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			newStore := func() *redisstore.Store {
+				st := newStore(t, client, &redisstore.Options{Prefix: "ok:" + tt.name + ":", Clock: clock})
+				st.CheckDeclaredKeys()
+				return st
+			}
+			setter := limiter(t, newStore(), tt.limits...)
+			if err := setter.SetOverride(ctx, "k", override, floodgate.Additive); err != nil {
+				t.Fatalf("SetOverride: %v", err)
+			}
+			st := newStore()
+			lim := limiter(t, st, tt.limits...)
+			calls := func(want uint64, what string) {
+				t.Helper()
+				before := st.Stats().ScriptCalls
+				r, err := lim.Allow(ctx, "k")
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if got := st.Stats().ScriptCalls - before; got != want {
+					t.Errorf("%s: %d script calls, want %d", what, got, want)
+				}
+				if overridden := what != "after the override"; r.Overridden != overridden || (overridden && r.Quota != 20) {
+					t.Errorf("%s: %+v, want overridden %v", what, r, overridden)
+				}
+			}
+			calls(tt.first, "first request")
+			calls(1, "second request")
+			calls(1, "third request")
+			// A fresh process replaces the override, and then deletes
+			// it, with the key checker: its first call goes back once
+			// for the old override's keys.
+			other := limiter(t, newStore(), tt.limits...)
+			if err := other.SetOverride(ctx, "k", override, floodgate.AsIs); err != nil {
+				t.Fatalf("SetOverride over an unknown override: %v", err)
+			}
+			if err := other.DeleteOverride(ctx, "k", floodgate.Additive); err != nil {
+				t.Fatalf("DeleteOverride: %v", err)
+			}
+			calls(1, "after the override")
+		})
+	}
+}
