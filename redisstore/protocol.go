@@ -19,15 +19,15 @@ import (
 // # Assembly
 //
 // prelude.lua (shared code: the bucket and fixed window steps, the state
-// forms, overrides, errors) comes first. As scripts (EVALSHA): prelude,
-// "init()", then decide.lua or bucket.lua, then a line that calls
-// decideBatch, bucketOne or bucketBatch with KEYS and ARGV (decideScript,
-// which saves KEYS and ARGV first; bucketScript, bucketsScript). As a
-// Redis 7 function library (FCALL): prelude, bucket.lua and decide.lua in
-// one chunk, named by a hash of its expanded code, with functions
-// <name>_bucket, _buckets and _decide (library in fastpath.go). Every
-// number on the wire and in a state is an integer below 2^53, which a
-// double holds exactly.
+// forms, overrides, errors) comes first. As scripts (EVALSHA): a line that
+// saves KEYS and ARGV, prelude, "init()", then decide.lua or bucket.lua,
+// then a line that calls decideBatch, bucketOne or bucketBatch with them
+// (scriptSet). As a Redis 7 function library (FCALL): prelude, bucket.lua
+// and decide.lua in one chunk, named by a hash of its expanded code, with
+// functions <name>_bucket, _buckets and _decide (library in fastpath.go).
+// Every number on the wire and in a state is an integer below 2^53, which
+// a double holds exactly. The code runs unchanged on Lua 5.1 (Redis,
+// Valkey) and 5.4 (Dragonfly); see TestLua54.
 //
 // # Keys
 //
@@ -38,10 +38,28 @@ import (
 // hash of it instead (hashTag): "<prefix>{<hash>}<key>:<i><letter>". All
 // of a key's Redis keys share its Cluster slot.
 //
+// Every key a script names is one of the call's keys, which the client
+// computes and declares in KEYS: a request's limits' keys and its
+// override key, a carry's (decide.lua's item "o") marks of limit 0's
+// states, the keys of an override's limits. The Lua builds none; it looks
+// an override's limits' keys up among the call's, and sends an item whose
+// keys are missing back (see decide.lua: reply). The entry functions take
+// the list as a table (bucketOne's two keys, bucketBatch's and
+// decideBatch's keys) and never read KEYS themselves, so that a call that
+// cannot declare its keys, a Cluster call across slots (which Redis
+// refuses as CROSSSLOT when declared, and runs under the script flag
+// allow-cross-slot-keys), may pass the same list as arguments. That call
+// is the one exception; TestDeclaredKeys holds every other to it.
+//
 // # decide.lua: arguments
 //
-// Any batch of requests on any limits, and overrides. KEYS are the state
-// keys of every item in order (nk per request, nb per override item).
+// Any batch of requests on any limits, and overrides. KEYS are the keys
+// of every item in order: for a request its nk state keys then its
+// override key; for an override item its nb state keys, its override key,
+// and its limit 0's keys as a bucket and as a fixed window
+// ("<prefix>{key}:0b", "…:0f", which setting an override marks). After
+// them, the keys of overrides' limits that are none of their requests'
+// state keys, in any order (overrideKeys, extraKeys).
 // ARGV, decimal strings unless said otherwise:
 //
 //	1        extra: ms added to every expiry (Store.extraTTL: 0 on the
@@ -80,13 +98,20 @@ import (
 // (see Errors); the other items are unaffected. An override item answers
 // nothing when it succeeds. decideResult and readOut read it.
 //
+// An item on a key whose override has limits whose keys the call did not
+// declare answers, undecided and changing nothing, "?", the override key,
+// a newline and the override: the client records the keys it needs
+// (overrideKeys) and sends the item again (sendDecide, runCarry), at most
+// maxDeclare times in all.
+//
 // # bucket.lua: arguments
 //
 // The fast path: one request on a lone bucket or a fixed window that is
-// not a calendar one. KEYS: limit 0's state key of each request.
-// bucketOne (_bucket, bucketScript) decides KEYS[1] with ARGV[1];
-// bucketBatch (_buckets, bucketsScript) decides each key of KEYS in
-// order. Each request is one argument, which says by its length what it
+// not a calendar one. KEYS: limit 0's state key of each request, then
+// the override key of each, in the same order.
+// bucketOne (_bucket, scriptSet.bucket) decides KEYS[1], whose override
+// key is KEYS[2], with ARGV[1]; bucketBatch (_buckets, scriptSet.buckets)
+// decides each key of the first half of KEYS in order. Each request is one argument, which says by its length what it
 // decides (fastArgs):
 //
 //	bucketArgLen (80) 10 big-endian doubles: now (µs, -1 server's TIME),
