@@ -365,7 +365,13 @@ local function decideBucketLone(key, okey, arg, serverTime, raw)
     ttl = ttl - ttl % 1 + extra -- floor (see FLOOR)
     if ttl < 1 then ttl = 1 end
     local px = ttl
-    if onServer then px, e = bucketExpiry(e, now, ttl) else e = 0 end
+    if not onServer then
+      e = 0
+    elseif now + ttl * 1000 <= e then
+      px = false -- bucketExpiry's commonest answer, without a Lua call
+    else
+      px, e = bucketExpiry(e, now, ttl)
+    end
     if not px and bare and size == 25 and nf == 0 and sk == 0 then
       -- writeState(key, fmtBucket(...)) for the commonest write, written
       -- out: the short form of a key without an override, over a value
@@ -491,7 +497,10 @@ local function decideWindowLone(key, okey, arg, serverTime, raw)
   if n == 0 then allowed, retry = true, 0 end
 
   if allowed and n > 0 then
-    local px = windowExpiry(onServer, found and s == start and se == stop and sk == 0 and skew == 0, reset, hold, extra)
+    local px = false -- windowExpiry's commonest answer (the window the key holds), without a Lua call
+    if not (onServer and found and s == start and se == stop and sk == 0 and skew == 0) then
+      px = windowExpiry(onServer, found and s == start and se == stop and sk == 0 and skew == 0, reset, hold, extra)
+    end
     if not px and size == 41 and not oraw then
       call('SETRANGE', key, '0', spack('>Bddddd', 5, start, stop, nc, t, sk)) -- as decideBucketLone's
     else
