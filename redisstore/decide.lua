@@ -99,10 +99,18 @@ local keySet
 
 -- undeclared returns the first of keys, an override's limits' keys (see
 -- parseOverride), that the call's keys do not hold, or nil when it holds
--- them all. An override whose limits are the Policy's, the commonest, has
--- the request's own keys; the client declares any others once it knows
--- the override (see undeclaredReply).
-local function undeclared(keys)
+-- them all. An override whose limits are of its Policy's kinds, the
+-- commonest, has the request's own keys, KEYS[k0 + 1] to KEYS[k0 + nk],
+-- which are looked at first; the client declares any others once it
+-- knows the override (see undeclaredReply).
+local function undeclared(keys, k0, nk)
+  if #keys <= nk then
+    local own = true
+    for i = 1, #keys do
+      if keys[i] ~= KEYS[k0 + i] then own = false; break end
+    end
+    if own then return nil end
+  end
   if not keySet then
     keySet = {}
     for i = 1, #KEYS do keySet[KEYS[i]] = true end
@@ -121,11 +129,11 @@ local function undeclaredReply(okey, raw)
   return {err = '?' .. okey .. '\n' .. raw}
 end
 
--- lookupOverride returns the override at okey, a key's override key, at
--- now, false for none (or an expired one), or nil and an error reply; an
--- override with limits whose keys the call does not declare gives
--- undeclaredReply's.
-local function lookupOverride(okey, now)
+-- lookupOverride returns the override at okey, the override key of a
+-- request whose keys are KEYS[k0 + 1] to KEYS[k0 + nk], at now, false for
+-- none (or an expired one), or nil and an error reply; an override with
+-- limits whose keys the call does not declare gives undeclaredReply's.
+local function lookupOverride(okey, now, k0, nk)
   local ov = overrides[okey]
   if ov == nil then
     local raw = rpcall('GET', okey)
@@ -139,7 +147,7 @@ local function lookupOverride(okey, now)
   end
   if ov and ov.expires and ov.expires <= now then return false end
   if ov and not ov.declared then
-    if undeclared(ov.keys) then return nil, undeclaredReply(okey, ov.raw) end
+    if undeclared(ov.keys, k0, nk) then return nil, undeclaredReply(okey, ov.raw) end
     ov.declared = true
   end
   return ov
@@ -487,7 +495,7 @@ end
 -- reply (and appends nothing).
 local function decide(specs, k0, nk, n, now, a0, out, extra, mode)
   local b0 = #out
-  local ov, oerr = lookupOverride(KEYS[k0 + nk + 1], now)
+  local ov, oerr = lookupOverride(KEYS[k0 + nk + 1], now, k0, nk)
   if ov == nil then return oerr end
   local base = b0
   if ov then
@@ -688,7 +696,7 @@ local function makeCarry()
     local base = {specs = {}, keys = {}}
     for i = 1, nb do base.specs[i], base.keys[i] = specs[tonumber(ARGV[a + 6 + i])], KEYS[k0 + i] end
     local okey = KEYS[k0 + nb + 1]
-    local from, err = lookupOverride(okey, now)
+    local from, err = lookupOverride(okey, now, k0, nb)
     if from == nil then
       if rebase and sub(err.err, 1, 1) == '?' then
         -- The key is overridden all the same, and keeps it.
@@ -703,14 +711,14 @@ local function makeCarry()
       if from then return redis.error_reply('FLOODGATE overridden') end
       from = parseOverride(sub(raw, 2), okey)
       if not from then return redis.error_reply('FLOODGATE invalid limits ' .. raw) end
-      if undeclared(from.keys) then return undeclaredReply(okey, sub(raw, 2)) end
+      if undeclared(from.keys, k0, nb) then return undeclaredReply(okey, sub(raw, 2)) end
     else
       if not from then from = base end
       if raw ~= '' then
         if ttl > 0 then raw = 'fg1@' .. fmt(now + ttl * 1000) .. sub(raw, 4) end
         to = parseOverride(raw, okey)
         if not to then return redis.error_reply('FLOODGATE invalid override ' .. raw) end
-        if undeclared(to.keys) then return undeclaredReply(okey, raw) end
+        if undeclared(to.keys, k0, nb) then return undeclaredReply(okey, raw) end
       end
     end
     -- Every state is read before anything is written, so that a corrupt
