@@ -26,6 +26,12 @@
 // sliding log is a sorted set with one member per admitted unit, never
 // more than the limit. Every key expires when its limit is back to full,
 // so an idle key costs nothing, and a missing key means "full".
+//
+// A key's override is <prefix>{<key>}:o beside them. Every key a script
+// names is one the client declares in KEYS, derived ones included (the
+// override key, an override's limits' keys), as the scripting contract,
+// an ACL's key patterns and Dragonfly (by default) want; the scripts run
+// unchanged on Lua 5.1 (Redis, Valkey) and 5.4 (Dragonfly).
 package redisstore
 
 import (
