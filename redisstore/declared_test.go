@@ -2,11 +2,13 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
@@ -160,4 +162,94 @@ func TestOverrideKeysDeclared(t *testing.T) {
 			calls(1, "after the override")
 		})
 	}
+}
+
+// A call may pass its keys as arguments instead (PassKeysAsArgs), the one
+// exception to declared keys, for a Cluster call across slots: the suite
+// holds on a standalone server so, with the checker taking the keys from
+// the arguments; and on a Cluster master, a decide.lua batch whose keys
+// span its slots runs so (the functions' flag allow-cross-slot-keys),
+// where with its keys declared Redis refuses it. (Not the fast path's
+// batch: even under the flag, a command that names several keys must name
+// keys of one slot, and bucketBatch reads a batch's states with one MGET
+// and looks for them with one EXISTS. A call of it across slots needs
+// those per slot.)
+func TestKeysAsArgs(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		newStore := checked(redistest.Start(t).Client(t))
+		storetest.Run(t, func(t *testing.T, clock floodgate.Clock) floodgate.Store {
+			st := newStore(t, clock).(*redisstore.Store)
+			st.PassKeysAsArgs()
+			return st
+		})
+	})
+	t.Run("cluster-master", func(t *testing.T) {
+		cluster := redistest.StartCluster(t, 3)
+		node := cluster.Servers[0].Client(t) // the Store sees one server
+		ctx := context.Background()
+		slots, err := node.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		own := func(slot int) bool {
+			for _, r := range slots {
+				if len(r.Nodes) > 0 && r.Nodes[0].Addr == cluster.Addrs[0] && slot >= int(r.Start) && slot <= int(r.End) {
+					return true
+				}
+			}
+			return false
+		}
+		const prefix = "xs:"
+		var keys []string
+		seen := map[int]bool{}
+		for i := 0; len(keys) < 8 && i < 10000; i++ {
+			k := fmt.Sprintf("k%d", i)
+			slot := redisstore.SlotOf(prefix + "{" + k + "}:0b")
+			if own(slot) && !seen[slot] {
+				seen[slot] = true
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) < 8 {
+			t.Fatalf("found %d keys of distinct slots on the first master", len(keys))
+		}
+		bucket, err := core.NewBucket("bucket", 10, time.Second, 10, "burst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := core.NewWindow(core.Log, "log", 5, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			name   string
+			limits []core.Spec
+		}{
+			{"decide", []core.Spec{bucket, log}},
+			{"decide-bucket", []core.Spec{bucket}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				for _, asArgs := range []bool{false, true} {
+					st := newStore(t, node, &redisstore.Options{Prefix: fmt.Sprintf("%s%s:%v:", prefix, tt.name, asArgs)})
+					st.DisableFastPath() // see above
+					if asArgs {
+						st.PassKeysAsArgs()
+					}
+					pol, err := st.Prepare(tt.limits)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ds, errs := st.TakeBatch(ctx, pol, keys, 1)
+					for i, err := range errs {
+						switch {
+						case asArgs && (err != nil || !ds[i].Allowed):
+							t.Errorf("keys as arguments: %s: %+v, %v; want allowed", keys[i], ds[i], err)
+						case !asArgs && (err == nil || !strings.Contains(err.Error(), "CROSSSLOT")):
+							t.Errorf("keys declared: %s: %v, want Redis's CROSSSLOT", keys[i], err)
+						}
+					}
+				}
+			})
+		}
+	})
 }

@@ -37,6 +37,11 @@ var checkedScripts = sync.OnceValue(func() *scriptSet {
 // as Dragonfly does. Call it before s decides anything.
 func (s *Store) CheckDeclaredKeys() { s.scripts = checkedScripts() }
 
+// PassKeysAsArgs makes s pass the keys of its batches' calls (the fast
+// path's and decide.lua's) as arguments, as a Cluster call across slots
+// does (argKeysArgs).
+func (s *Store) PassKeysAsArgs() { s.argKeys = true }
+
 // DeclaredChecker returns the checker's Lua, and the checked library's
 // code.
 func DeclaredChecker() (checker, library string) {

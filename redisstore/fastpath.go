@@ -55,7 +55,20 @@ func library(prelude, entry string) (code, name string) {
 		"redis.register_function('" + name + "_decide', function(keys, args)\n" +
 		"  if not call then init() end\n" + entry +
 		"  return decideBatch(keys, args)\n" +
-		"end)\n"
+		"end)\n" +
+		// The same two with the keys as arguments (argKeysArgs), for a
+		// Cluster call across slots, which Redis would refuse with them
+		// declared: the one exception to declared keys (protocol.go).
+		"redis.register_function{function_name = '" + name + "_buckets_argkeys', flags = {'allow-cross-slot-keys'}, callback = function(_, args)\n" +
+		"  if not call then init() end\n" +
+		"  local keys, rest = argKeys(args)\n" + entry +
+		"  return bucketBatch(keys, rest)\n" +
+		"end}\n" +
+		"redis.register_function{function_name = '" + name + "_decide_argkeys', flags = {'allow-cross-slot-keys'}, callback = function(_, args)\n" +
+		"  if not call then init() end\n" +
+		"  local keys, rest = argKeys(args)\n" + entry +
+		"  return decideBatch(keys, rest)\n" +
+		"end}\n"
 	return code, name
 }
 
@@ -557,6 +570,11 @@ func (s *Store) runDecide(ctx context.Context, keys []string, args ...any) *redi
 // run calls the library's function fn while Redis takes functions, and
 // runs script, its equal, otherwise.
 func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.argKeys && !s.noFunctions.Load() {
+		if afn := s.scripts.argKeysFn(fn); afn != "" {
+			fn, args, keys = afn, argKeysArgs(keys, args), nil
+		}
+	}
 	if s.noFunctions.Load() {
 		return script.Run(ctx, s.client, keys, args...)
 	}

@@ -400,6 +400,19 @@ end
 -- keeps its state in "<prefix>{key}:<i-1><kind letter>", as the client
 -- names a Policy's keys.
 
+-- argKeys splits the arguments of a call that passes its keys as
+-- arguments (the functions <library>_buckets_argkeys and _decide_argkeys,
+-- for a Cluster call across slots, see protocol.go): the number of keys
+-- m, the m keys, then the arguments. It returns the keys and the
+-- arguments, as the entry functions take them.
+local function argKeys(args)
+  local m = tonumber(args[1])
+  local keys, rest = {}, {}
+  for i = 1, m do keys[i] = args[i + 1] end
+  for i = m + 2, #args do rest[i - m - 1] = args[i] end
+  return keys, rest
+end
+
 -- parseOverride returns the limits of the override raw, as readSpec
 -- builds them, and, given the override's key okey, the names of their
 -- keys beside it: names to look up among the call's keys (see undeclared

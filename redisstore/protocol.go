@@ -47,9 +47,16 @@ import (
 // the list as a table (bucketOne's two keys, bucketBatch's and
 // decideBatch's keys) and never read KEYS themselves, so that a call that
 // cannot declare its keys, a Cluster call across slots (which Redis
-// refuses as CROSSSLOT when declared, and runs under the script flag
-// allow-cross-slot-keys), may pass the same list as arguments. That call
-// is the one exception; TestDeclaredKeys holds every other to it.
+// refuses as CROSSSLOT when declared, and runs under the function flag
+// allow-cross-slot-keys), may pass the same list as arguments: the
+// library's functions <name>_buckets_argkeys and _decide_argkeys take
+// no keys and the arguments "number of keys, the keys, then the usual
+// arguments" (argKeysArgs, argKeys in prelude.lua). That call is the one
+// exception; TestDeclaredKeys holds every other to declared keys, and
+// TestKeysAsArgs the exception to the same results. Even under the flag,
+// one command may name keys of one slot only: decide.lua's commands each
+// name one key, but bucketBatch's MGET and EXISTS name a batch's keys,
+// so a call of the fast path across slots needs them split by slot.
 //
 // # decide.lua: arguments
 //

@@ -145,6 +145,9 @@ type Store struct {
 	// overrideKeys holds the keys of overrides' limits that requests
 	// declare besides their Policy's.
 	overrideKeys overrideKeys
+	// argKeys sends the buckets' and decide.lua's calls to the functions
+	// that take their keys as arguments (argKeysArgs); the tests set it.
+	argKeys bool
 }
 
 var _ floodgate.Store = (*Store)(nil)

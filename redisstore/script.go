@@ -35,9 +35,39 @@ type scriptSet struct {
 	// runs each with EVALSHA, and falls back to EVAL (which loads it) when
 	// Redis answers NOSCRIPT.
 	bucket, buckets, decide *redis.Script
-	// The function library, its name, and its functions' names.
-	libraryCode, libraryName      string
-	bucketFn, bucketsFn, decideFn string
+	// The function library, its name, and its functions' names; the
+	// last two take their keys as arguments (argKeysArgs).
+	libraryCode, libraryName          string
+	bucketFn, bucketsFn, decideFn     string
+	bucketsArgKeysFn, decideArgKeysFn string
+}
+
+// argKeysFn returns the function of the library that does what fn does
+// with its keys as arguments, or "" for none.
+func (set *scriptSet) argKeysFn(fn string) string {
+	switch fn {
+	case set.bucketsFn:
+		return set.bucketsArgKeysFn
+	case set.decideFn:
+		return set.decideArgKeysFn
+	}
+	return ""
+}
+
+// argKeysArgs returns the arguments of a call of the buckets or decide
+// function with its keys as arguments (<library>_buckets_argkeys,
+// _decide_argkeys): the number of keys, the keys, then args. A Cluster
+// call whose keys span slots passes them so, with no keys declared, under
+// the functions' flag allow-cross-slot-keys: Redis refuses declared keys
+// of several slots (CROSSSLOT) before a script runs. It is the one kind
+// of call whose keys are not declared.
+func argKeysArgs(keys []string, args []any) []any {
+	all := make([]any, 0, 1+len(keys)+len(args))
+	all = append(all, len(keys))
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	return append(all, args...)
 }
 
 // scripts is the scriptSet of every Store: the scripts as they are.
@@ -64,6 +94,7 @@ func newScriptSet(prelude, entry string) *scriptSet {
 	}
 	set.libraryCode, set.libraryName = library(prelude, entry)
 	set.bucketFn, set.bucketsFn, set.decideFn = set.libraryName+"_bucket", set.libraryName+"_buckets", set.libraryName+"_decide"
+	set.bucketsArgKeysFn, set.decideArgKeysFn = set.bucketsFn+"_argkeys", set.decideFn+"_argkeys"
 	return set
 }
 
