@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -187,14 +188,21 @@ func TestKeysAsArgs(t *testing.T) {
 		cluster := redistest.StartCluster(t, 3)
 		node := cluster.Servers[0].Client(t) // the Store sees one server
 		ctx := context.Background()
-		slots, err := node.ClusterSlots(ctx).Result()
+		shards, err := node.ClusterShards(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
+		_, port, _ := strings.Cut(cluster.Addrs[0], "127.0.0.1:")
 		own := func(slot int) bool {
-			for _, r := range slots {
-				if len(r.Nodes) > 0 && r.Nodes[0].Addr == cluster.Addrs[0] && slot >= int(r.Start) && slot <= int(r.End) {
-					return true
+			for _, sh := range shards {
+				mine := false
+				for _, n := range sh.Nodes {
+					mine = mine || (n.Role == "master" && strconv.FormatInt(n.Port, 10) == port)
+				}
+				for _, r := range sh.Slots {
+					if mine && slot >= int(r.Start) && slot <= int(r.End) {
+						return true
+					}
 				}
 			}
 			return false
