@@ -226,12 +226,14 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 	okey := s.overrideKey(key)
 	base := strings.TrimSuffix(okey, "o")
 	declared := append(slices.Clip(keys), okey, base+"0b", base+"0f")
+	var extra []string // the keys of the limits carried to or from
 	if limits := strings.TrimPrefix(raw, "<"); limits != "" {
 		specs, err := s.decoded.decode(limits)
 		if err != nil {
 			return "", err
 		}
-		declared = append(declared, p.extraKeys(okey, specs)...)
+		extra = p.extraKeys(okey, specs)
+		declared = append(declared, extra...)
 	}
 	for try := 1; ; try++ {
 		res, err := p.s.runDecide(ctx, s.overrideKeys.appendTo(declared, okey), args...).Slice()
@@ -244,6 +246,11 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 		msg, _ = res[0].(string)
 		undeclared, ok := strings.CutPrefix(msg, "?")
 		if !ok {
+			if msg == "" && !strings.HasPrefix(raw, "<") {
+				// The key's requests declare the new override's keys
+				// (none once it is deleted).
+				s.overrideKeys.put(okey, extra)
+			}
 			return msg, nil
 		}
 		got, over, _ := strings.Cut(undeclared, "\n")
