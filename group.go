@@ -58,6 +58,14 @@ func AllowGroup(ctx context.Context, reqs []Request, all bool) error {
 			return fmt.Errorf("%w: request %d has no Limiter", ErrInvalidLimit, i)
 		}
 	}
+	if t := reqs[0].Limiter.tr; t != nil {
+		return groupTraced(ctx, t, reqs, all)
+	}
+	return allowGroup(ctx, reqs, all)
+}
+
+// allowGroup is AllowGroup, untraced, on requests that all have a Limiter.
+func allowGroup(ctx context.Context, reqs []Request, all bool) error {
 	store := reqs[0].Limiter.store
 	ok := true
 	for i := range reqs[1:] {

@@ -125,6 +125,7 @@ func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Co
 func (p *policy) answer(ctx context.Context, key string, n int64, b *breaker) (core.Decision, error) {
 	s := p.s
 	s.stats.fallbacks.Add(1)
+	traceFallback(ctx, s.mode, b.degraded.Load())
 	switch s.mode {
 	case FailOpen:
 		return core.Decision{Verdict: core.Verdict{Allowed: true, Remaining: p.quota}, Source: core.SourceFailOpen}, nil

@@ -160,6 +160,7 @@ func (f *foreignKeys) settle(c *call) {
 // the fast path.
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
+	s.traceSent([]*call{c}, 1)
 	s.readBucket(ctx, c, s.runBucket(ctx, c.declared, c.p.fast.boxed(c.now, c.n, c.op, false)))
 }
 
@@ -301,6 +302,7 @@ func putDouble(b []byte, v int64) {
 func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	calls, keys, args, n := bucketsArgs(calls)
 	s.counted(1, n)
+	s.traceSent(calls, n)
 	res, err := s.run(ctx, s.scripts.bucketsFn, s.scripts.buckets, keys, args...).Text()
 	s.readBuckets(ctx, calls, n, res, err)
 }

@@ -148,6 +148,8 @@ type Store struct {
 	// argKeys sends the buckets' and decide.lua's calls to the functions
 	// that take their keys as arguments (argKeysArgs); the tests set it.
 	argKeys bool
+	// traced is set once a call was traced (trace.go).
+	traced atomic.Bool
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -499,8 +501,11 @@ func (p *policy) takeRedis(ctx context.Context, key string, n int64, o op) (core
 	}
 	c := s.get()
 	defer s.put(c)
+	ctx, span := s.startSpan(ctx)
 	p.fill(c, ctx, key, n, s.nowArg(), o)
-	if err := s.sendOne(c); err != nil {
+	err := s.sendOne(c)
+	span.end(err)
+	if err != nil {
 		return core.Decision{}, err
 	}
 	d := c.decision()
@@ -588,6 +593,14 @@ func (c *call) count() int {
 // their charges can be seen. Keys that share a hash tag share a slot (see
 // the package documentation's Keys).
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
+	ctx, span := s.startSpan(ctx)
+	err := s.takeGroup(ctx, reqs, all)
+	span.end(err)
+	return err
+}
+
+// takeGroup is TakeGroup, in the span of ctx.
+func (s *Store) takeGroup(ctx context.Context, reqs []core.Request, all bool) error {
 	if err := core.CheckGroup(reqs); err != nil {
 		return err
 	}

@@ -189,6 +189,7 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	for try := 1; ; try++ {
 		keys, args := s.decideArgs(send)
 		s.counted(1, len(send))
+		s.traceSent(send, len(send))
 		res, err := s.runDecide(ctx, keys, args...).Slice()
 		s.decideResult(send, res, err)
 		var again []*call

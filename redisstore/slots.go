@@ -137,6 +137,7 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 				continue
 			}
 			scripts, decisions = scripts+1, decisions+p.n
+			s.traceSent(p.calls, p.n)
 			if p.one {
 				s.readBucket(ctx, p.calls[0], p.cmd)
 			} else {
