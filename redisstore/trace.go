@@ -26,8 +26,8 @@ const SpanRedis = "floodgate.redis"
 // The attributes of SpanRedis. db.system.name and db.operation.batch.size
 // are OpenTelemetry's semantic conventions for databases.
 const (
-	AttrDBSystem    = attribute.Key("db.system.name")          // "redis"
-	AttrBatchSize   = attribute.Key("db.operation.batch.size") // decisions in the script call that answered
+	AttrDBSystem  = attribute.Key("db.system.name")          // "redis"
+	AttrBatchSize = attribute.Key("db.operation.batch.size") // decisions in the script call that answered
 	// AttrScriptCalls counts the script calls that carried the decision,
 	// each a round trip of its own (on a Cluster, one of a pipeline's):
 	// 1, or 2 when the fast path handed it on to decide.lua, or more when
