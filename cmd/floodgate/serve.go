@@ -34,7 +34,9 @@ import (
 	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/server/statsd"
 	"github.com/floodgate/floodgate/internal/server/tlsconf"
+	"github.com/floodgate/floodgate/internal/server/tracing"
 	"github.com/floodgate/floodgate/redisstore"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -83,6 +85,10 @@ type serveFlags struct {
 	// upstream is what envoyproxy/ratelimit's environment asks beyond
 	// the flags, when started as ratelimit; nil for floodgate serve.
 	upstream *upstream
+	// trace is the tracing flags, and traceCfg what they and the OTEL_*
+	// variables ask for (tracing.go).
+	trace    traceFlags
+	traceCfg *traceConfig
 }
 
 // statsdFlags are --statsd, --statsd-tags, --statsd-dogstatsd and
@@ -157,6 +163,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.tls.Cert, "tls-cert", e.str("FLOODGATE_TLS_CERT", ""), "PEM certificate (chain) for TLS on the HTTP and Redis-protocol listeners; reloaded on SIGHUP ($FLOODGATE_TLS_CERT)")
 	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
 	f.log.register(fs, &e)
+	f.trace.register(fs, &e)
 	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
 	fs.StringVar(&f.trustedProxies, "trusted-proxies", e.str("FLOODGATE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDR prefixes of the proxies (nginx, Caddy, Traefik) whose --client-ip-header /v1/auth believes for a key's {ip}; without them {ip} is refused ($FLOODGATE_TRUSTED_PROXIES)")
 	f.statsd.register(fs, &e)
@@ -189,6 +196,11 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return nil, 2, false
 	}
+	var err error
+	if f.traceCfg, err = f.trace.config(os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return nil, 2, false
+	}
 	return f, 0, true
 }
 
@@ -215,7 +227,7 @@ type server struct {
 }
 
 // listen opens the listeners the flags ask for, and the servers for them.
-func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.Logger) (*server, error) {
+func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.Logger, tp trace.TracerProvider) (*server, error) {
 	svc := rl.Rules()
 	s := &server{errs: make(chan error, 5), ui: board != nil}
 	var err error
@@ -223,6 +235,9 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 	if f.grpc != "" {
 		if grpcOpts, err = grpcOptions(f); err != nil {
 			return nil, err
+		}
+		if tp != nil {
+			grpcOpts = append(grpcOpts, tracing.GRPC(tp))
 		}
 	}
 	if f.tls != (tlsconf.Files{}) {
@@ -242,10 +257,14 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
 		}
 		httpLog := log.With("component", "http")
+		var h http.Handler = httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: httpLog, Envoy: rl.JSONHandler(log.With("component", "envoy")),
+			EnvoyExplain:   rl.ExplainHandler(log.With("component", "envoy")),
+			TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader})
+		if tp != nil {
+			h = tracing.HTTP(tp, h)
+		}
 		s.httpSrv = &http.Server{
-			Handler: httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: httpLog, Envoy: rl.JSONHandler(log.With("component", "envoy")),
-				EnvoyExplain:   rl.ExplainHandler(log.With("component", "envoy")),
-				TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader}),
+			Handler: h,
 			// net/http logs each failed accept or TLS handshake: a line a
 			// second, through the log, not the global log package.
 			ErrorLog:          slog.NewLogLogger(lograte.NewHandler(httpLog.Handler(), time.Second, nil), slog.LevelWarn),
@@ -373,6 +392,10 @@ func (s *server) start(b banner) {
 		}()
 	}
 }
+
+// traceShutdownGrace bounds the export of the last spans at exit: a
+// collector that is down must not hold up a SIGTERM.
+const traceShutdownGrace = 300 * time.Millisecond
 
 // shutdownGrace is how long shutdown lets requests in flight finish: a
 // decision takes milliseconds, and SIGTERM must end the process within a
@@ -503,6 +526,22 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 		onSwitch = func(s fallback.State) { board.Switched(s) }
 		onDenied = func(rule, key string) { board.Denied(rule, key) }
 	}
+	tr, err := startTracing(f.traceCfg, root.With("component", "tracing"))
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 2
+	}
+	// Last, after the servers stopped: the spans of their last requests
+	// are sent, within a bound, as SIGTERM must end the process promptly.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), traceShutdownGrace)
+		tr.shutdown(ctx)
+		cancel()
+	}()
+	var tp trace.TracerProvider // nil, not a nil *TracerProvider, when off
+	if tr != nil {
+		tp = tr.tp
+	}
 	st, err := openStore(&f.store, root, onSwitch)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
@@ -514,7 +553,8 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 		eo = f.upstream.envoy
 	}
 	eo.StopIncrementWhenOverLimit, eo.RateLimitHeaders, eo.StatsD = f.stopIncrement, f.rlsHeaders, sink
-	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, MergeDomains: f.mergeDomains}, &eo)
+	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, MergeDomains: f.mergeDomains,
+		TracerProvider: tp, TraceKeys: f.trace.keys}, &eo)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
@@ -557,7 +597,7 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 		st.monitor.Start(ctx)
 		cancel()
 	}
-	srv, err := listen(f, rl, board, root)
+	srv, err := listen(f, rl, board, root, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

@@ -1,11 +1,16 @@
 // Package logctx carries a request's trace id from where it came in (a
 // W3C traceparent header) to the log lines written while serving it, as a
 // trace_id attribute, so that a line can be matched to the caller's trace.
+// When the request is traced (an OpenTelemetry span in its context), the
+// span's trace id is the one logged, with its span_id: the caller's trace
+// id when it sent one, else the one floodgate's own trace started with.
 package logctx
 
 import (
 	"context"
 	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 type traceKey struct{}
@@ -72,7 +77,10 @@ func (h handler) Enabled(ctx context.Context, level slog.Level) bool {
 }
 
 func (h handler) Handle(ctx context.Context, r slog.Record) error {
-	if id := TraceID(ctx); id != "" {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r = r.Clone()
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	} else if id := TraceID(ctx); id != "" {
 		r = r.Clone()
 		r.AddAttrs(slog.String("trace_id", id))
 	}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestParseTraceparent(t *testing.T) {
@@ -49,7 +51,11 @@ func TestHandler(t *testing.T) {
 	ctx := context.Background()
 	log.ErrorContext(ctx, "no trace")
 	log.ErrorContext(WithTraceID(ctx, "abc"), "traced", "rule", "api")
-	want := "level=ERROR msg=\"no trace\" component=http\nlevel=ERROR msg=traced component=http rule=api trace_id=abc\n"
+	// An OpenTelemetry span's ids win over the header's.
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x4b, 0xf9, 15: 0x36}, SpanID: trace.SpanID{0xf0, 7: 0xb7}})
+	log.ErrorContext(trace.ContextWithSpanContext(WithTraceID(ctx, "abc"), sc), "span")
+	want := "level=ERROR msg=\"no trace\" component=http\nlevel=ERROR msg=traced component=http rule=api trace_id=abc\n" +
+		"level=ERROR msg=span component=http trace_id=4bf90000000000000000000000000036 span_id=f0000000000000b7\n"
 	if buf.String() != want {
 		t.Errorf("logged:\n%s\nwant:\n%s", buf.String(), want)
 	}

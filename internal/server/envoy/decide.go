@@ -98,6 +98,7 @@ type Service struct {
 	// checks are Envoy requests' checks, reused: the answer holds nothing
 	// of them.
 	checks slicepool.Pool[envoyCheck]
+	sopts  *service.Options // the service's options, for its Limiters' (tracing)
 }
 
 // New returns the service.Service over store with the rules cfg and
@@ -131,6 +132,8 @@ func New(store floodgate.Store, cfg *config.Config, sopts *service.Options, opts
 	}
 	s := &Service{store: store, atomic: o.StopIncrementWhenOverLimit, rlsHeaders: o.RateLimitHeaders, now: o.Now,
 		headers: o.HeaderNames, shadow: o.GlobalShadowMode, quota: o.GlobalQuotaMode, nearRatio: o.NearLimitRatio}
+	s.sopts = &so
+	s.overrides.opts = service.LimiterOptions(&so, "envoy")
 	so.Prepare = func(cfg *config.Config) (any, error) { return s.prepareDomains(cfg) }
 	svc, err := service.New(store, cfg, &so)
 	if err != nil {

@@ -41,7 +41,7 @@ func (s *Service) prepareDomains(cfg *config.Config) (domains, error) {
 				ed.limited++
 			}
 			if l := n.Limit; l != nil && l.Limit != (floodgate.Limit{}) {
-				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{s.envoyLimit(l)}, nil)
+				lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{s.envoyLimit(l)}, service.LimiterOptions(s.sopts, "envoy:"+name))
 				if err != nil {
 					return fmt.Errorf("domain %q, %s: %w", name, n.Path, err)
 				}
@@ -180,6 +180,7 @@ func descriptorStatKey(domain string, es []*rlcommon.RateLimitDescriptor_Entry) 
 type overrides struct {
 	mu   sync.Mutex
 	lims map[overrideKey]overrideLimit
+	opts *floodgate.Options // the Limiters' (tracing)
 }
 
 type overrideKey struct {
@@ -210,7 +211,7 @@ func (o *overrides) get(store floodgate.Store, limit func(*config.EnvoyLimit) fl
 	l := overrideLimit{limit: &config.EnvoyLimit{RequestsPerUnit: k.rpu, Unit: k.unit, Counting: true}}
 	if k.rpu > 0 {
 		l.limit.Limit = floodgate.FixedWindow(int64(k.rpu), time.Duration(k.unit.Seconds())*time.Second)
-		lim, err := floodgate.NewLimiter(store, []floodgate.Limit{limit(l.limit)}, nil)
+		lim, err := floodgate.NewLimiter(store, []floodgate.Limit{limit(l.limit)}, o.opts)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -10,6 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
@@ -67,6 +71,8 @@ type Service struct {
 
 	load       config.LoadOptions // how Reload reads the rules
 	prepareExt func(*config.Config) (any, error)
+	tp         trace.TracerProvider // nil: not traced
+	traceKeys  bool
 }
 
 // ruleset is a configuration with its rules prepared on the store once,
@@ -89,7 +95,7 @@ type rule struct {
 func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
 	rs := &ruleset{cfg: cfg, rules: make(map[string]*rule, len(cfg.Rules))}
 	for _, r := range cfg.Rules {
-		lim, err := floodgate.NewLimiter(s.store, r.Limits, nil)
+		lim, err := floodgate.NewLimiter(s.store, r.Limits, s.LimiterOptions(r.Name))
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
@@ -132,6 +138,45 @@ type Options struct {
 	// configuration, and one it fails on is refused as an invalid rule is.
 	// Prepared returns what it made. Default: none.
 	Prepare func(*config.Config) (any, error)
+	// TracerProvider, when set, traces the rules' decisions (see
+	// floodgate.Options.TracerProvider), each span with the rule's name
+	// as AttrRule, and each reload of the rules, as SpanReload. Default:
+	// nil, nothing is traced.
+	TracerProvider trace.TracerProvider
+	// TraceKeys records the keys in the decisions' spans, as the store
+	// has them: the rule's prefix, then the client's key (see
+	// floodgate.Options.TraceKeys). Default: false, keys can be personal
+	// data.
+	TraceKeys bool
+}
+
+// SpanReload is the name of the span of a reload of the rules (Reload,
+// Apply), whose attributes are the file (AttrFile), the rules loaded
+// (AttrRules) and, when it fails, error.type "invalid_rules".
+const SpanReload = "floodgate.reload"
+
+// The attributes of the service's spans.
+const (
+	AttrRule  = attribute.Key("floodgate.rule")
+	AttrFile  = attribute.Key("floodgate.config.file")
+	AttrRules = attribute.Key("floodgate.config.rules")
+)
+
+// LimiterOptions returns the options of a Limiter that decides for rule
+// (a rule's name, or another surface's, such as "envoy:<domain>"): with
+// Options.TracerProvider, traced with the rule's name; nil otherwise.
+func (s *Service) LimiterOptions(rule string) *floodgate.Options {
+	return LimiterOptions(&Options{TracerProvider: s.tp, TraceKeys: s.traceKeys}, rule)
+}
+
+// LimiterOptions is Service.LimiterOptions for a Service made with o,
+// for a surface that prepares its Limiters before the Service is made
+// (package envoy's domains).
+func LimiterOptions(o *Options, rule string) *floodgate.Options {
+	if o == nil || o.TracerProvider == nil {
+		return nil
+	}
+	return &floodgate.Options{TracerProvider: o.TracerProvider, TraceAttributes: []attribute.KeyValue{AttrRule.String(rule)}, TraceKeys: o.TraceKeys}
 }
 
 // New returns a Service over store with the rules cfg. It fails when the
@@ -149,7 +194,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 		o.Now = time.Now
 	}
 	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied,
-		load: config.LoadOptions{MergeDomains: o.MergeDomains}, prepareExt: o.Prepare}
+		load: config.LoadOptions{MergeDomains: o.MergeDomains}, prepareExt: o.Prepare, tp: o.TracerProvider, traceKeys: o.TraceKeys}
 	rs, err := s.prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -229,24 +274,44 @@ func (s *Service) Load(path string) (*config.Config, error) { return config.Load
 // or, when err is set, logs and counts the failure and keeps the rules in
 // use. It returns err or the failure to prepare cfg.
 func (s *Service) Apply(path string, cfg *config.Config, err error) error {
+	ctx, span := s.startReload(path)
+	defer span.End()
 	var rs *ruleset
 	if err == nil {
 		rs, err = s.prepare(cfg)
 	}
 	if err != nil {
 		s.reloads.Add(1, "failure")
-		s.log.Error("floodgate: rules file invalid; keeping the rules in use", "file", path, "error", err.Error())
+		s.log.ErrorContext(ctx, "floodgate: rules file invalid; keeping the rules in use", "file", path, "error", err.Error())
+		if span.IsRecording() {
+			span.SetStatus(codes.Error, err.Error())
+			span.SetAttributes(attribute.String("error.type", "invalid_rules"))
+		}
 		return err
 	}
+	span.SetAttributes(AttrRules.Int(len(cfg.Rules)))
 	s.rules.Store(rs)
 	s.reloads.Add(1, "success")
 	s.lastOK.Store(time.Now().Unix())
-	s.log.Info("floodgate: rules reloaded", "file", path, "rules", len(cfg.Rules))
-	ctx, cancel := context.WithTimeout(context.Background(), RebaseTimeout)
+	s.log.InfoContext(ctx, "floodgate: rules reloaded", "file", path, "rules", len(cfg.Rules))
+	ctx, cancel := context.WithTimeout(ctx, RebaseTimeout)
 	defer cancel()
 	s.Rebase(ctx)
 	return nil
 }
+
+// startReload starts the span of a reload of path: the root of a trace
+// of its own, in which the rebase's calls to the store are.
+func (s *Service) startReload(path string) (context.Context, trace.Span) {
+	if s.tp == nil {
+		return context.Background(), noSpan
+	}
+	return s.tp.Tracer(floodgate.TracerName).Start(context.Background(), SpanReload,
+		trace.WithNewRoot(), trace.WithAttributes(AttrFile.String(path)))
+}
+
+// noSpan is the span of a reload that is not traced.
+var noSpan = trace.SpanFromContext(context.Background())
 
 // RebaseTimeout bounds the carrying of the keys of the rules that a reload
 // changed (see Rebase).
@@ -439,7 +504,7 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 		return floodgate.Result{}, fmt.Errorf("%w: quantity must not be negative, got %d", ErrBadRequest, quantity)
 	}
 	// Each call names its own limit, so it is prepared for this call.
-	lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{floodgate.GCRA(maxBurst, count, time.Duration(period)*time.Second)}, nil)
+	lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{floodgate.GCRA(maxBurst, count, time.Duration(period)*time.Second)}, s.LimiterOptions("CL.THROTTLE"))
 	if err != nil {
 		if core.IsInvalidInput(err) {
 			return floodgate.Result{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
