@@ -121,8 +121,12 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // with the domain (its descriptors are floodgate.group's requests).
 // Health checks are not traced.
 func GRPC(tp trace.TracerProvider) grpc.ServerOption {
-	tracer := tp.Tracer(TracerName)
-	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return grpc.ChainUnaryInterceptor(unary(tp.Tracer(TracerName)))
+}
+
+// unary is GRPC's interceptor.
+func unary(tracer trace.Tracer) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if strings.HasPrefix(info.FullMethod, "/grpc.health.") {
 			return handler(ctx, req)
 		}
@@ -152,7 +156,7 @@ func GRPC(tp trace.TracerProvider) grpc.ServerOption {
 			}
 		}
 		return resp, err
-	})
+	}
 }
 
 // mdCarrier reads a call's metadata for the propagator.
