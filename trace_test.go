@@ -142,7 +142,7 @@ func TestTraceCheck(t *testing.T) {
 				v, ok := got[k]
 				switch {
 				case want == nil && ok:
-					t.Errorf("%s = %v, want none", k, v.Emit())
+					t.Errorf("%s = %v, want none", k, v.String())
 				case want != nil && (!ok || v.AsInterface() != want):
 					t.Errorf("%s = %v, want %v", k, v.AsInterface(), want)
 				}

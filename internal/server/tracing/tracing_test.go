@@ -37,7 +37,7 @@ func recorder(t *testing.T) (*tracetest.SpanRecorder, trace.TracerProvider) {
 func attrsOf(s sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	m := map[attribute.Key]string{}
 	for _, kv := range s.Attributes() {
-		m[kv.Key] = kv.Value.Emit()
+		m[kv.Key] = kv.Value.String()
 	}
 	return m
 }
