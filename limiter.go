@@ -50,8 +50,10 @@ type Options struct {
 	// costs no allocation and no time more.
 	TracerProvider trace.TracerProvider
 	// TraceAttributes are added to every span of the Limiter: what the
-	// Limiter is for, such as the name of a rule. Default: none.
-	TraceAttributes []attribute.KeyValue
+	// Limiter is for, such as the name of a rule
+	// (attribute.NewSet(attribute.String("rule", "api"))). A Set, so
+	// that Options stays comparable. Default: none.
+	TraceAttributes attribute.Set
 	// TraceKeys records each call's key in its span (AttrKey). Keys can
 	// be personal data (a user's id, an address), so by default they
 	// are not recorded.

@@ -60,7 +60,7 @@ func newTracing(o *Options) *tracing {
 	if o == nil || o.TracerProvider == nil {
 		return nil
 	}
-	return &tracing{tracer: o.TracerProvider.Tracer(TracerName), attrs: o.TraceAttributes, keys: o.TraceKeys}
+	return &tracing{tracer: o.TracerProvider.Tracer(TracerName), attrs: o.TraceAttributes.ToSlice(), keys: o.TraceKeys}
 }
 
 // start starts the span of a call on key of cost n, a child of ctx's.

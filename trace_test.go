@@ -121,7 +121,7 @@ func TestTraceCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim, rec, tp := tracedLimiter(t, floodgate.Options{TraceAttributes: []attribute.KeyValue{rule}, TraceKeys: tt.keys},
+			lim, rec, tp := tracedLimiter(t, floodgate.Options{TraceAttributes: attribute.NewSet(rule), TraceKeys: tt.keys},
 				floodgate.PerSecond(10), floodgate.TokenBucket(5, time.Hour, 5).Named("hourly"))
 			ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
 			err := tt.calls(ctx, lim)

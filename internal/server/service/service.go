@@ -176,7 +176,7 @@ func LimiterOptions(o *Options, rule string) *floodgate.Options {
 	if o == nil || o.TracerProvider == nil {
 		return nil
 	}
-	return &floodgate.Options{TracerProvider: o.TracerProvider, TraceAttributes: []attribute.KeyValue{AttrRule.String(rule)}, TraceKeys: o.TraceKeys}
+	return &floodgate.Options{TracerProvider: o.TracerProvider, TraceAttributes: attribute.NewSet(AttrRule.String(rule)), TraceKeys: o.TraceKeys}
 }
 
 // New returns a Service over store with the rules cfg. It fails when the
