@@ -22,13 +22,13 @@ type Limiter struct {
 	specs  []core.Spec
 	policy core.Policy
 	mem    *memPolicy // policy, when it is the memory store's: called directly
+	tr     *tracing   // nil: not traced (Options.TracerProvider); beside mem, which AllowN reads too
 	store  Store      // closed by Close when owned
 	owned  bool
 	clock  Clock
 	// groups holds AllowGroup's requests to the store, for groups whose
 	// first request is this Limiter's.
 	groups slicepool.Pool[core.Request]
-	tr     *tracing // nil: not traced (Options.TracerProvider)
 }
 
 // Options configures a Limiter. The zero value (or nil) gives the

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -117,6 +118,20 @@ func (t *traceFlags) config(getenv func(string) string) (*traceConfig, error) {
 			u.Path = "/v1/traces"
 		}
 		c.endpoint = u.String()
+	}
+	// An endpoint variable that is not a URL would leave the exporter on
+	// its default quietly: it is said, and the default made explicit.
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := env(name); v != "" && c.endpoint == "" {
+			if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				ignore(name, "not an http:// or https:// URL with a host; localhost is used")
+				c.endpoint = "http://localhost:4318/v1/traces"
+				if c.protocol == "grpc" {
+					c.endpoint = "http://localhost:4317"
+				}
+			}
+			break
+		}
 	}
 	exporter := "" // unset
 	for _, v := range strings.Split(env("OTEL_TRACES_EXPORTER"), ",") {
@@ -233,6 +248,8 @@ func startTracing(c *traceConfig, log *slog.Logger) (*tracer, error) {
 	// but not while the provider is made, when it reports the OTEL_*
 	// values that config reported already.
 	errLog := lograte.New(time.Minute, nil)
+	// Its own diagnostics too, at their levels (an error is one).
+	otel.SetLogger(logr.FromSlogHandler(log.Handler()))
 	var quiet atomic.Bool
 	quiet.Store(true)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {

@@ -51,6 +51,8 @@ func TestTraceConfig(t *testing.T) {
 		}, on: true, protocol: "http/protobuf", sampler: "ParentBased{root:AlwaysOnSampler,", ignored: []string{
 			"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_TRACES_SAMPLER", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY",
 		}},
+		{name: "bad endpoint variable", env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, on: true, protocol: "grpc",
+			endpoint: "http://localhost:4317", ignored: []string{"OTEL_EXPORTER_OTLP_ENDPOINT"}},
 		{name: "bad ratio variable", env: map[string]string{"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, protocol: "http/protobuf",
 			sampler: "ParentBased{root:TraceIDRatioBased{1},", ignored: []string{"OTEL_TRACES_SAMPLER_ARG"}},
 		{name: "bad protocol flag", flags: traceFlags{protocol: "udp"}, err: "--otlp-protocol"},
