@@ -69,6 +69,10 @@ func ratelimitCmd(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		return code
 	}
 	f.upstream = u
+	// envoyproxy/ratelimit traces only with TRACING_ENABLED, which this
+	// mode notes and does not apply: the OTEL_* variables that a
+	// deployment of it sets must not turn serve's tracing on either.
+	f.traceCfg.on = false
 	return serveFlagsCmd(ctx, f, stdout, stderr, redisLog)
 }
 
