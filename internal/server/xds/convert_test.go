@@ -23,6 +23,8 @@ func anyOf(t testing.TB, m proto.Message) *anypb.Any {
 	return a
 }
 
+func entry(k, v string) config.Entry { return config.Entry{Key: k, Value: v} }
+
 func policy(u rlsconf.RateLimitUnit, rpu uint32) *rlsconf.RateLimitPolicy {
 	return &rlsconf.RateLimitPolicy{Unit: u, RequestsPerUnit: rpu}
 }
@@ -60,22 +62,22 @@ func TestConvert(t *testing.T) {
 		unit    config.Unit
 		check   func(config.Match) bool
 	}{
-		{[]config.Entry{{"remote_address", "1.2.3.4"}}, 10, config.UnitSecond, nil},
-		{[]config.Entry{{"path", "/api/x"}}, 100, config.UnitHour, func(m config.Match) bool { return m.Node.ShadowMode && m.Node.DetailedMetric }},
-		{[]config.Entry{{"tier", "low"}}, 2, config.UnitDay, func(m config.Match) bool { return m.Limit.Name == "low" }},
-		{[]config.Entry{{"tier", "high"}}, 9, config.UnitWeek, func(m config.Match) bool { return len(m.Limit.Replaces) == 1 && m.Limit.Replaces[0] == "low" }},
-		{[]config.Entry{{"free", "x"}}, 0, config.UnitUnknown, func(m config.Match) bool { return m.Limit.Unlimited }},
-		{[]config.Entry{{"blocked", "x"}}, 0, config.UnitMinute, nil},
-		{[]config.Entry{{"month", "x"}}, 3, config.UnitMonth, nil},
-		{[]config.Entry{{"year", "x"}}, 3, config.UnitYear, nil},
-		{[]config.Entry{{"message_type", "marketing"}, {"to_number", "1"}}, 5, config.UnitDay, nil},
+		{[]config.Entry{entry("remote_address", "1.2.3.4")}, 10, config.UnitSecond, nil},
+		{[]config.Entry{entry("path", "/api/x")}, 100, config.UnitHour, func(m config.Match) bool { return m.Node.ShadowMode && m.Node.DetailedMetric }},
+		{[]config.Entry{entry("tier", "low")}, 2, config.UnitDay, func(m config.Match) bool { return m.Limit.Name == "low" }},
+		{[]config.Entry{entry("tier", "high")}, 9, config.UnitWeek, func(m config.Match) bool { return len(m.Limit.Replaces) == 1 && m.Limit.Replaces[0] == "low" }},
+		{[]config.Entry{entry("free", "x")}, 0, config.UnitUnknown, func(m config.Match) bool { return m.Limit.Unlimited }},
+		{[]config.Entry{entry("blocked", "x")}, 0, config.UnitMinute, nil},
+		{[]config.Entry{entry("month", "x")}, 3, config.UnitMonth, nil},
+		{[]config.Entry{entry("year", "x")}, 3, config.UnitYear, nil},
+		{[]config.Entry{entry("message_type", "marketing"), entry("to_number", "1")}, 5, config.UnitDay, nil},
 	} {
 		m := d.Lookup(tc.entries)
 		if m.Limit == nil || m.Limit.RequestsPerUnit != tc.rpu || m.Limit.Unit != tc.unit || (tc.check != nil && !tc.check(m)) {
 			t.Errorf("%v: %+v", tc.entries, m.Limit)
 		}
 	}
-	if m := d.Lookup([]config.Entry{{"message_type", "marketing"}}); m.Limit != nil {
+	if m := d.Lookup([]config.Entry{entry("message_type", "marketing")}); m.Limit != nil {
 		t.Errorf("message_type alone has a limit: %+v", m.Limit)
 	}
 
@@ -137,7 +139,9 @@ func TestConvertRefuses(t *testing.T) {
 		{"domain twice", []*anypb.Any{anyOf(t, good()), anyOf(t, good())}, false, "duplicate domain 'api'", false},
 		{"domain twice, merged, same descriptor", []*anypb.Any{anyOf(t, good()), anyOf(t, good())}, true, "duplicate descriptor composite key 'api.remote_address'", false},
 		{"too many descriptors", with(func(rc *rlsconf.RateLimitConfig) { rc.Descriptors = append(wide, rc.Descriptors...) }), false, "more than 100000 descriptors", true},
-		{"too many, nested", with(func(rc *rlsconf.RateLimitConfig) { rc.Descriptors = []*rlsconf.RateLimitDescriptor{{Key: "a", Descriptors: wide}} }), false, "more than 100000 descriptors", true},
+		{"too many, nested", with(func(rc *rlsconf.RateLimitConfig) {
+			rc.Descriptors = []*rlsconf.RateLimitDescriptor{{Key: "a", Descriptors: wide}}
+		}), false, "more than 100000 descriptors", true},
 		{"errors of two resources", []*anypb.Any{
 			anyOf(t, &rlsconf.RateLimitConfig{Name: "a", Domain: "a", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: ""}}}),
 			anyOf(t, &rlsconf.RateLimitConfig{Name: "b", Domain: "b", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: policy(0, 1)}}}),
@@ -178,7 +182,7 @@ func TestConvertMerges(t *testing.T) {
 	}
 	d := cfg.Domains["api"]
 	for key, rpu := range map[string]uint32{"x": 1, "y": 2} {
-		if m := d.Lookup([]config.Entry{{key, "v"}}); m.Limit == nil || m.Limit.RequestsPerUnit != rpu {
+		if m := d.Lookup([]config.Entry{entry(key, "v")}); m.Limit == nil || m.Limit.RequestsPerUnit != rpu {
 			t.Errorf("%s: %+v", key, m.Limit)
 		}
 	}
