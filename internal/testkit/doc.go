@@ -6,4 +6,5 @@
 //	envoytest  Envoy rate limit requests, built from their entries
 //	tlstest    a CA, server and client certificates as PEM files
 //	nettest    helpers for tests of network servers
+//	xdstest    go-control-plane's xDS management server, for the xDS client
 package testkit

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/server/xds"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
+	"github.com/floodgate/floodgate/internal/testkit/xdstest"
 	"github.com/floodgate/floodgate/storetest"
 )
 
@@ -104,13 +105,13 @@ func waitApplied(t *testing.T, applied <-chan error) error {
 // while the last good one stays, and the server gone and back with a new
 // version.
 func TestClientUpdates(t *testing.T) {
-	m := startMgmt(t)
+	m := xdstest.Start(t, xdstest.Options{})
 	rl := newService(t)
 	applied := make(chan error, 16)
 	bc := newBackoffClock()
 	const backoffMin, backoffMax = 100 * time.Millisecond, 300 * time.Millisecond
 	c, err := xds.Start(xds.Options{
-		Server: m.addr, NodeID: "node-1", NodeMetadata: map[string]string{"cluster": "edge"},
+		Server: m.Addr, NodeID: "node-1", NodeMetadata: map[string]string{"cluster": "edge"},
 		BackoffMin: backoffMin, BackoffMax: backoffMax, After: bc.after, Logger: slog.New(slog.DiscardHandler),
 		Apply: func(cfg *config.Config, err error) error {
 			err = rl.Rules().Apply(xds.Source, cfg, err)
@@ -124,16 +125,16 @@ func TestClientUpdates(t *testing.T) {
 	defer c.Stop()
 
 	// Initial: the subscription names the node and the type.
-	sub := m.subscription()
+	sub := m.Subscription()
 	if sub.GetNode().GetId() != "node-1" || sub.GetTypeUrl() != xds.TypeURL || sub.GetVersionInfo() != "" ||
 		sub.GetNode().GetMetadata().GetFields()["cluster"].GetStringValue() != "edge" {
 		t.Fatalf("subscription: %v", sub)
 	}
-	m.set("node-1", "v1", edge(5))
+	m.Set("node-1", "v1", edge(5))
 	if err := waitApplied(t, applied); err != nil {
 		t.Fatal(err)
 	}
-	if a := m.answer(); a.GetVersionInfo() != "v1" || a.GetErrorDetail() != nil {
+	if a := m.Answer(); a.GetVersionInfo() != "v1" || a.GetErrorDetail() != nil {
 		t.Fatalf("answer to v1: %v, want an ACK of v1", a)
 	}
 	for i, want := range []uint32{4, 3, 2} {
@@ -143,11 +144,11 @@ func TestClientUpdates(t *testing.T) {
 	}
 
 	// Update: a higher limit counts on from the hits so far.
-	m.set("node-1", "v2", edge(10))
+	m.Set("node-1", "v2", edge(10))
 	if err := waitApplied(t, applied); err != nil {
 		t.Fatal(err)
 	}
-	if a := m.answer(); a.GetVersionInfo() != "v2" || a.GetErrorDetail() != nil {
+	if a := m.Answer(); a.GetVersionInfo() != "v2" || a.GetErrorDetail() != nil {
 		t.Fatalf("answer to v2: %v, want an ACK of v2", a)
 	}
 	if code, left := hit(t, rl, "remote_address", "a"); code != rlsv3.RateLimitResponse_OK || left != 6 {
@@ -157,11 +158,11 @@ func TestClientUpdates(t *testing.T) {
 	// A bad resource: NACKed with the reason, v2 kept.
 	bad := edge(10)
 	bad.Descriptors[1].RateLimit.Unit = 9
-	m.set("node-1", "v3", bad)
+	m.Set("node-1", "v3", bad)
 	if err := waitApplied(t, applied); err == nil {
 		t.Fatal("v3 applied; want it refused")
 	}
-	a := m.answer()
+	a := m.Answer()
 	want := `xDS resource "edge": descriptors[1].rate_limit.unit: invalid rate limit unit '9'`
 	if a.GetErrorDetail() == nil || !strings.Contains(a.GetErrorDetail().GetMessage(), want) || a.GetVersionInfo() != "v2" || a.GetResponseNonce() == "" {
 		t.Fatalf("answer to v3: %v, want a NACK at v2 saying %q", a, want)
@@ -178,15 +179,15 @@ func TestClientUpdates(t *testing.T) {
 	if d := bc.wait(t); d < backoffMin/2 || d > backoffMin {
 		t.Fatalf("wait before the repeated NACK %s, want %s to %s", d, backoffMin/2, backoffMin)
 	}
-	m.set("node-1", "v4", edge(15))
+	m.Set("node-1", "v4", edge(15))
 	bc.tick <- time.Now()
-	if a := m.answer(); a.GetErrorDetail() == nil || !strings.Contains(a.GetErrorDetail().GetMessage(), want) || a.GetVersionInfo() != "v2" {
+	if a := m.Answer(); a.GetErrorDetail() == nil || !strings.Contains(a.GetErrorDetail().GetMessage(), want) || a.GetVersionInfo() != "v2" {
 		t.Fatalf("answer to v3 again: %v, want a NACK at v2 saying %q", a, want)
 	}
 	if err := waitApplied(t, applied); err != nil {
 		t.Fatal(err)
 	}
-	if a := m.answer(); a.GetVersionInfo() != "v4" || a.GetErrorDetail() != nil {
+	if a := m.Answer(); a.GetVersionInfo() != "v4" || a.GetErrorDetail() != nil {
 		t.Fatalf("answer to v4: %v, want an ACK of v4", a)
 	}
 	if st := c.Status(); st.Version != "v4" || st.Applied != 3 || st.Rejected != 1 || st.LastError != "" {
@@ -198,7 +199,7 @@ func TestClientUpdates(t *testing.T) {
 
 	// The server gone: the client backs off, within its bounds, more each
 	// time, and decisions go on under v4.
-	m.stop()
+	m.Stop()
 	if d := bc.wait(t); d < backoffMin/2 || d > backoffMin {
 		t.Fatalf("first backoff %s, want %s to %s", d, backoffMin/2, backoffMin)
 	}
@@ -216,16 +217,16 @@ func TestClientUpdates(t *testing.T) {
 	}
 
 	// Back, with a new version: the client subscribes at v4 and gets v5.
-	m.set("node-1", "v5", edge(20))
-	m.restart()
+	m.Set("node-1", "v5", edge(20))
+	m.Restart()
 	bc.tick <- time.Now()
-	if sub := m.subscription(); sub.GetVersionInfo() != "v4" {
+	if sub := m.Subscription(); sub.GetVersionInfo() != "v4" {
 		t.Fatalf("resubscription at %q, want v4", sub.GetVersionInfo())
 	}
 	if err := waitApplied(t, applied); err != nil {
 		t.Fatal(err)
 	}
-	if a := m.answer(); a.GetVersionInfo() != "v5" || a.GetErrorDetail() != nil {
+	if a := m.Answer(); a.GetVersionInfo() != "v5" || a.GetErrorDetail() != nil {
 		t.Fatalf("answer to v5: %v, want an ACK of v5", a)
 	}
 	if code, left := hit(t, rl, "remote_address", "a"); code != rlsv3.RateLimitResponse_OK || left != 12 {
@@ -245,20 +246,20 @@ func TestClientUpdates(t *testing.T) {
 func TestClientStop(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		run  func(t *testing.T, m *mgmt, bc *backoffClock)
+		run  func(t *testing.T, m *xdstest.Server, bc *backoffClock)
 	}{
-		{"backing off", func(t *testing.T, m *mgmt, bc *backoffClock) {
-			m.stop()
+		{"backing off", func(t *testing.T, m *xdstest.Server, bc *backoffClock) {
+			m.Stop()
 		}},
-		{"streaming", func(t *testing.T, m *mgmt, bc *backoffClock) {
-			m.set("n", "v1", edge(1))
+		{"streaming", func(t *testing.T, m *xdstest.Server, bc *backoffClock) {
+			m.Set("n", "v1", edge(1))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := startMgmt(t)
+			m := xdstest.Start(t, xdstest.Options{})
 			bc := newBackoffClock()
 			tc.run(t, m, bc)
-			c, err := xds.Start(xds.Options{Server: m.addr, NodeID: "n", After: bc.after, Logger: slog.New(slog.DiscardHandler),
+			c, err := xds.Start(xds.Options{Server: m.Addr, NodeID: "n", After: bc.after, Logger: slog.New(slog.DiscardHandler),
 				Apply: func(*config.Config, error) error { return nil }})
 			if err != nil {
 				t.Fatal(err)
@@ -266,7 +267,7 @@ func TestClientStop(t *testing.T) {
 			if tc.name == "backing off" {
 				bc.wait(t)
 			} else {
-				m.answer()
+				m.Answer()
 			}
 			c.Stop()
 		})

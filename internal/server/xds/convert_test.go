@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -107,9 +108,24 @@ func TestConvertRefuses(t *testing.T) {
 		}
 		return ds
 	}
-	wide := make([]*rlsconf.RateLimitDescriptor, xds.MaxDescriptors)
-	for i := range wide {
-		wide[i] = &rlsconf.RateLimitDescriptor{Key: "k"}
+	// wide is a RateLimitConfig of domain "api" and n descriptors {key:
+	// k}, encoded by hand: proto.Marshal takes seconds under -race.
+	wide := func(n int) []*anypb.Any {
+		b := []byte{0x12, 3, 'a', 'p', 'i'}
+		for range n {
+			b = append(b, 0x1a, 3, 0x0a, 1, 'k')
+		}
+		return []*anypb.Any{{TypeUrl: xds.TypeURL, Value: b}}
+	}
+	// nested is one descriptor {key: a} with n descriptors {key: k} below.
+	nested := func(n int) []*anypb.Any {
+		inner := []byte{0x0a, 1, 'a'}
+		for range n {
+			inner = append(inner, 0x22, 3, 0x0a, 1, 'k')
+		}
+		b := []byte{0x12, 3, 'a', 'p', 'i', 0x1a}
+		b = protowire.AppendVarint(b, uint64(len(inner)))
+		return []*anypb.Any{{TypeUrl: xds.TypeURL, Value: append(b, inner...)}}
 	}
 	for _, tc := range []struct {
 		name      string
@@ -138,10 +154,8 @@ func TestConvertRefuses(t *testing.T) {
 		}), false, "replaces should not contain name of same descriptor", false},
 		{"domain twice", []*anypb.Any{anyOf(t, good()), anyOf(t, good())}, false, "duplicate domain 'api'", false},
 		{"domain twice, merged, same descriptor", []*anypb.Any{anyOf(t, good()), anyOf(t, good())}, true, "duplicate descriptor composite key 'api.remote_address'", false},
-		{"too many descriptors", with(func(rc *rlsconf.RateLimitConfig) { rc.Descriptors = append(wide, rc.Descriptors...) }), false, "more than 100000 descriptors", true},
-		{"too many, nested", with(func(rc *rlsconf.RateLimitConfig) {
-			rc.Descriptors = []*rlsconf.RateLimitDescriptor{{Key: "a", Descriptors: wide}}
-		}), false, "more than 100000 descriptors", true},
+		{"too many descriptors", wide(xds.MaxDescriptors + 1), false, "more than 100000 descriptors", true},
+		{"too many, nested", nested(xds.MaxDescriptors), false, "more than 100000 descriptors", true},
 		{"errors of two resources", []*anypb.Any{
 			anyOf(t, &rlsconf.RateLimitConfig{Name: "a", Domain: "a", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: ""}}}),
 			anyOf(t, &rlsconf.RateLimitConfig{Name: "b", Domain: "b", Descriptors: []*rlsconf.RateLimitDescriptor{{Key: "k", RateLimit: policy(0, 1)}}}),

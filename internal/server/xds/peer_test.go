@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/xdstest"
 	"github.com/floodgate/floodgate/redisstore"
 )
 
@@ -104,12 +105,12 @@ func peerRequest(r *rand.Rand) *rlsv3.RateLimitRequest {
 func TestSameUpdatesAsEnvoyRatelimit(t *testing.T) {
 	peertest.Build(t)
 	redis := redistest.Start(t)
-	m := startMgmtFor(t, "floodgate")
-	m.set("upstream", "v1", peerSteps[0].rc)
-	m.set("floodgate", "v1", peerSteps[0].rc)
+	m := xdstest.Start(t, xdstest.Options{Node: "floodgate"})
+	m.Set("upstream", "v1", peerSteps[0].rc)
+	m.Set("floodgate", "v1", peerSteps[0].rc)
 
 	peer := peertest.Start(t, redis.Addr, nil,
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+m.addr, "CONFIG_GRPC_XDS_NODE_ID=upstream",
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+m.Addr, "CONFIG_GRPC_XDS_NODE_ID=upstream",
 		"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL=100ms",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=500ms")
 	theirs := peertest.Client(t, peer.GRPC)
@@ -127,7 +128,7 @@ func TestSameUpdatesAsEnvoyRatelimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := xds.Start(xds.Options{Server: m.addr, NodeID: "floodgate", BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	c, err := xds.Start(xds.Options{Server: m.Addr, NodeID: "floodgate", BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
 		Apply:  func(cfg *config.Config, err error) error { return rl.Rules().Apply(xds.Source, cfg, err) }})
 	if err != nil {
@@ -148,21 +149,18 @@ func TestSameUpdatesAsEnvoyRatelimit(t *testing.T) {
 	for _, step := range peerSteps {
 		switch {
 		case step.gone:
-			m.stop()
+			m.Stop()
 			compareAnswers(t, ctx, "server gone at "+applied, rng, theirs, rl, 10, &over)
 			total += 10
-			m.set("upstream", step.name, step.rc)
-			m.set("floodgate", step.name, step.rc)
-			m.restart()
+			m.Set("upstream", step.name, step.rc)
+			m.Set("floodgate", step.name, step.rc)
+			m.Restart()
 		case step.name != "v1":
-			m.set("upstream", step.name, step.rc)
-			m.set("floodgate", step.name, step.rc)
+			m.Set("upstream", step.name, step.rc)
+			m.Set("floodgate", step.name, step.rc)
 		}
 		if step.bad {
-			a := m.answer()
-			for a.GetResponseNonce() == "" || a.GetErrorDetail() == nil {
-				a = m.answer()
-			}
+			a := m.NACK()
 			if !strings.Contains(a.GetErrorDetail().GetMessage(), "invalid rate limit unit '9'") {
 				t.Fatalf("floodgate's NACK of %s: %v", step.name, a.GetErrorDetail())
 			}
