@@ -35,6 +35,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/statsd"
 	"github.com/floodgate/floodgate/internal/server/tlsconf"
 	"github.com/floodgate/floodgate/internal/server/tracing"
+	"github.com/floodgate/floodgate/internal/server/xds"
 	"github.com/floodgate/floodgate/redisstore"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
@@ -89,6 +90,8 @@ type serveFlags struct {
 	// variables ask for (tracing.go).
 	trace    traceFlags
 	traceCfg *traceConfig
+	// xds takes the Envoy domains from an xDS server (--xds-*).
+	xds xdsFlags
 }
 
 // statsdFlags are --statsd, --statsd-tags, --statsd-dogstatsd and
@@ -164,6 +167,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs.StringVar(&f.tls.Key, "tls-key", e.str("FLOODGATE_TLS_KEY", ""), "PEM private key of --tls-cert ($FLOODGATE_TLS_KEY)")
 	f.log.register(fs, &e)
 	f.trace.register(fs, &e)
+	f.xds.register(fs, &e)
 	fs.StringVar(&f.tls.ClientCA, "tls-client-ca", e.str("FLOODGATE_TLS_CLIENT_CA", ""), "PEM CA certificates that clients must present a certificate from (mutual TLS) ($FLOODGATE_TLS_CLIENT_CA)")
 	fs.StringVar(&f.trustedProxies, "trusted-proxies", e.str("FLOODGATE_TRUSTED_PROXIES", ""), "comma-separated addresses or CIDR prefixes of the proxies (nginx, Caddy, Traefik) whose --client-ip-header /v1/auth believes for a key's {ip}; without them {ip} is refused ($FLOODGATE_TRUSTED_PROXIES)")
 	f.statsd.register(fs, &e)
@@ -210,6 +214,7 @@ type server struct {
 	ui             bool              // the dashboard is served
 	tls            *tlsconf.Reloader // nil without TLS
 	redisTLS       *tlsconf.Client   // the TLS to Redis; nil without
+	xdsTLS         *tlsconf.Client   // the TLS to the xDS server; nil without
 	httpLn, respLn net.Listener
 	grpcLn         *trackedListener
 	httpSrv        *http.Server
@@ -510,11 +515,19 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 	if sink != nil {
 		defer sink.Close()
 	}
+	xs, err := f.xds.check(f.config)
+	if err != nil {
+		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+		return 2
+	}
 	files, _ := scan(f.config, nil) // before reading, so that no change is missed
 	cfg, err := loadRules(f.config, config.LoadOptions{MergeDomains: f.mergeDomains})
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: invalid rules file:\n%v\n", err)
 		return 2
+	}
+	if xs != nil {
+		cfg = xdsConfig()
 	}
 	// The dashboard hears the fallback's switches and the service's
 	// denials, and reads the service: it is made last, and set before
@@ -597,16 +610,34 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 		st.monitor.Start(ctx)
 		cancel()
 	}
+	if xs != nil {
+		source := xds.Source + " " + f.xds.server
+		xc, err := startXDS(xs, func(c *config.Config, err error) error { return svc.Apply(source, c, err) }, svc.Metrics, root.With("component", "xds"))
+		if err != nil {
+			fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
+			return 2
+		}
+		defer xc.Stop()
+		if !f.xds.startWithoutConfig && !waitXDS(ctx, xc, f.xds.server, root) {
+			return 0
+		}
+	}
 	srv, err := listen(f, rl, board, root, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2
 	}
 	srv.redisTLS = st.redisTLS
+	if xs != nil {
+		srv.xdsTLS = xs.tls
+	}
 	b.line("floodgate "+versionLine(), "version", getVersion())
 	b.line("store: "+st.desc, "store", st.desc)
 	b.line(fmt.Sprintf("rules: %d from %s", len(cfg.Rules), cfg.Source), "rules", len(cfg.Rules), "source", cfg.Source)
-	if len(cfg.Domains) > 0 {
+	if xs != nil {
+		n := len(svc.Config().Domains)
+		b.line(fmt.Sprintf("envoy domains: %d from xDS server %s (node %s)", n, f.xds.server, f.xds.nodeID), "domains", n, "xds_server", f.xds.server, "xds_node", f.xds.nodeID)
+	} else if len(cfg.Domains) > 0 {
 		b.line(fmt.Sprintf("envoy domains: %d from %s", len(cfg.Domains), cfg.Source), "domains", len(cfg.Domains), "source", cfg.Source)
 	}
 	if sink != nil {
@@ -693,7 +724,7 @@ func reload(f *serveFlags, svc *service.Service, srv *server, hup chan struct{},
 			log.Info("floodgate: gRPC TLS certificates reloaded")
 		}
 	}
-	if f.config == "" && srv.tls == nil && srv.redisTLS == nil {
+	if f.config == "" && srv.tls == nil && srv.redisTLS == nil && srv.xdsTLS == nil {
 		log.Info("floodgate: SIGHUP without --config or TLS: nothing to reload")
 		return
 	}
@@ -711,6 +742,14 @@ func reload(f *serveFlags, svc *service.Service, srv *server, hup chan struct{},
 			log.Error("floodgate: TLS files invalid; keeping the certificates in use", "error", err.Error())
 		} else {
 			log.Info("floodgate: TLS certificates reloaded")
+		}
+	}
+	if srv.xdsTLS != nil {
+		// The next stream to the xDS server uses what was read.
+		if err := srv.xdsTLS.Reload(); err != nil {
+			log.Error("floodgate: xDS TLS files invalid; keeping the certificates in use", "error", err.Error())
+		} else {
+			log.Info("floodgate: xDS TLS certificates reloaded")
 		}
 	}
 	if srv.redisTLS != nil {

@@ -100,6 +100,9 @@ type Client struct {
 	log    *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
+	// first is closed when the first configuration is applied.
+	first     chan struct{}
+	firstOnce sync.Once
 
 	mu sync.Mutex
 	st Status
@@ -141,7 +144,7 @@ func Start(o Options) (*Client, error) {
 		o.After = time.After
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{o: o, log: o.Logger, cancel: cancel, done: make(chan struct{})}
+	c := &Client{o: o, log: o.Logger, cancel: cancel, done: make(chan struct{}), first: make(chan struct{})}
 	go c.run(ctx)
 	return c, nil
 }
@@ -151,6 +154,11 @@ func (c *Client) Stop() {
 	c.cancel()
 	<-c.done
 }
+
+// Applied is closed once the client has applied a configuration: serve
+// waits for it before it answers, as envoyproxy/ratelimit waits for its
+// first configuration.
+func (c *Client) Applied() <-chan struct{} { return c.first }
 
 // Status returns what the client has done so far.
 func (c *Client) Status() Status {
@@ -279,6 +287,7 @@ func (c *Client) session(ctx context.Context) (got bool, err error) {
 				version = resp.GetVersionInfo()
 				req.VersionInfo = version
 				c.update(func(s *Status) { s.Applied++; s.Version = version; s.LastError = "" })
+				c.firstOnce.Do(func() { close(c.first) })
 				c.log.Info("floodgate: xDS configuration applied (ACK)", "server", c.o.Server, "version", version)
 				break
 			}
