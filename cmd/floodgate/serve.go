@@ -515,7 +515,7 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 	if sink != nil {
 		defer sink.Close()
 	}
-	xs, err := f.xds.check(f.config)
+	xs, err := f.xds.check(f.config, f.mergeDomains)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

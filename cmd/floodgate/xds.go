@@ -59,9 +59,9 @@ type xdsSetup struct {
 	tls  *tlsconf.Client
 }
 
-// check checks the xDS flags, given --config, and loads the TLS files.
-// It returns nil without --xds-server.
-func (x *xdsFlags) check(configPath string) (*xdsSetup, error) {
+// check checks the xDS flags, given --config and --merge-domain-config,
+// and loads the TLS files. It returns nil without --xds-server.
+func (x *xdsFlags) check(configPath string, mergeDomains bool) (*xdsSetup, error) {
 	tlsOn := x.tls || x.tlsFiles != (tlsconf.ClientFiles{})
 	if x.server == "" {
 		if tlsOn || x.nodeMetadata != "" || x.headers != "" || x.startWithoutConfig {
@@ -72,7 +72,7 @@ func (x *xdsFlags) check(configPath string) (*xdsSetup, error) {
 	if configPath != "" {
 		return nil, errors.New("--config and --xds-server both give the Envoy domains: set one")
 	}
-	s := &xdsSetup{opts: xds.Options{Server: x.server, NodeID: x.nodeID, BackoffMin: x.backoffMin, BackoffMax: x.backoffMax}}
+	s := &xdsSetup{opts: xds.Options{Server: x.server, NodeID: x.nodeID, BackoffMin: x.backoffMin, BackoffMax: x.backoffMax, MergeDomains: mergeDomains}}
 	if x.nodeID == "" {
 		return nil, errors.New("--xds-node-id ($FLOODGATE_XDS_NODE_ID) is empty")
 	}

@@ -34,12 +34,13 @@ func TestXDSFlags(t *testing.T) {
 			}
 		}},
 		{name: "flags", args: []string{"--xds-server", "127.0.0.1:18000", "--xds-node-id", "gw", "--xds-node-metadata", "a=1, b = x=y",
-			"--xds-headers", "authorization:Bearer t,x-team=edge", "--xds-backoff-min", "1s", "--xds-backoff-max", "5s", "--xds-max-msg-size", "16MiB"},
+			"--xds-headers", "authorization:Bearer t,x-team=edge", "--xds-backoff-min", "1s", "--xds-backoff-max", "5s", "--xds-max-msg-size", "16MiB",
+			"--merge-domain-config"},
 			check: func(t *testing.T, s *xdsSetup) {
 				o := s.opts
 				if o.Server != "127.0.0.1:18000" || o.NodeID != "gw" || o.NodeMetadata["a"] != "1" || o.NodeMetadata["b"] != "x=y" ||
 					o.Headers["authorization"] != "Bearer t" || o.Headers["x-team"] != "edge" || o.BackoffMin.String() != "1s" ||
-					o.BackoffMax.String() != "5s" || o.MaxMsgSize != 16<<20 || o.TLS != nil || s.tls != nil {
+					o.BackoffMax.String() != "5s" || o.MaxMsgSize != 16<<20 || o.TLS != nil || s.tls != nil || !o.MergeDomains {
 					t.Errorf("options %+v", o)
 				}
 			}},
@@ -50,7 +51,7 @@ func TestXDSFlags(t *testing.T) {
 				}
 			}},
 		{name: "defaults", args: []string{"--xds-server", "xds:18000"}, check: func(t *testing.T, s *xdsSetup) {
-			if s.opts.NodeID != "default" || s.opts.MaxMsgSize != 4<<20 {
+			if s.opts.NodeID != "default" || s.opts.MaxMsgSize != 4<<20 || s.opts.MergeDomains {
 				t.Errorf("options %+v", s.opts)
 			}
 		}},
@@ -74,7 +75,7 @@ func TestXDSFlags(t *testing.T) {
 			if !ok {
 				t.Fatalf("flags refused, exit status %d", code)
 			}
-			s, err := f.xds.check(f.config)
+			s, err := f.xds.check(f.config, f.mergeDomains)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatal(err)
