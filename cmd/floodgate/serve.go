@@ -232,7 +232,9 @@ type server struct {
 }
 
 // listen opens the listeners the flags ask for, and the servers for them.
-func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.Logger, tp trace.TracerProvider) (*server, error) {
+// Until ready is closed (nil: at once), Envoy's requests fail as
+// envoyproxy/ratelimit's do before its first configuration.
+func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, ready <-chan struct{}, log *slog.Logger, tp trace.TracerProvider) (*server, error) {
 	svc := rl.Rules()
 	s := &server{errs: make(chan error, 5), ui: board != nil}
 	var err error
@@ -243,6 +245,9 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 		}
 		if tp != nil {
 			grpcOpts = append(grpcOpts, tracing.GRPC(tp))
+		}
+		if ready != nil {
+			grpcOpts = append(grpcOpts, grpc.ChainUnaryInterceptor(gateUnary(ready)))
 		}
 	}
 	if f.tls != (tlsconf.Files{}) {
@@ -262,7 +267,7 @@ func listen(f *serveFlags, rl *envoy.Service, board *dash.Dashboard, log *slog.L
 			s.httpLn = tls.NewListener(s.httpLn, s.tls.Config())
 		}
 		httpLog := log.With("component", "http")
-		var h http.Handler = httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: httpLog, Envoy: rl.JSONHandler(log.With("component", "envoy")),
+		var h http.Handler = httpapi.Handler(svc, &httpapi.Options{Token: f.token, ProtectMetrics: f.protectMetrics, Dashboard: board, Logger: httpLog, Envoy: gateJSON(rl.JSONHandler(log.With("component", "envoy")), ready),
 			EnvoyExplain:   rl.ExplainHandler(log.With("component", "envoy")),
 			TrustedProxies: f.trusted, ClientIPHeader: f.clientIPHeader})
 		if tp != nil {
@@ -610,6 +615,7 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 		st.monitor.Start(ctx)
 		cancel()
 	}
+	var ready <-chan struct{} // closed once there is a configuration to answer by
 	if xs != nil {
 		source := xds.Source + " " + f.xds.server
 		xc, err := startXDS(xs, func(c *config.Config, err error) error { return svc.Apply(source, c, err) }, svc.Metrics, root.With("component", "xds"))
@@ -618,11 +624,13 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 			return 2
 		}
 		defer xc.Stop()
-		if !f.xds.startWithoutConfig && !waitXDS(ctx, xc, f.xds.server, root) {
+		if f.xds.startWithoutConfig {
+			ready = xc.Applied()
+		} else if !waitXDS(ctx, xc, f.xds.server, root) {
 			return 0
 		}
 	}
-	srv, err := listen(f, rl, board, root, tp)
+	srv, err := listen(f, rl, board, ready, root, tp)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)
 		return 2

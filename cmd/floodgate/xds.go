@@ -8,16 +8,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/lib/httpjson"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/metrics"
 	"github.com/floodgate/floodgate/internal/server/tlsconf"
 	"github.com/floodgate/floodgate/internal/server/xds"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // xdsFlags take the Envoy domains from an xDS management server
@@ -198,6 +203,47 @@ func waitXDS(ctx context.Context, c *xds.Client, server string, log *slog.Logger
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// errNoConfig is envoyproxy/ratelimit's answer, over gRPC and /json,
+// while it has no configuration (started with
+// FORCE_START_WITHOUT_INITIAL_CONFIG, as Envoy Gateway starts it): Envoy
+// applies its failure mode.
+const errNoConfig = "no rate limit configuration loaded"
+
+// shouldRateLimit is the full name of the gRPC method that gateUnary
+// holds back.
+const shouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// gateUnary fails ShouldRateLimit calls with errNoConfig until ready is
+// closed; health checks pass.
+func gateUnary(ready <-chan struct{}) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == shouldRateLimit {
+			select {
+			case <-ready:
+			default:
+				return nil, status.Error(codes.Unknown, errNoConfig)
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// gateJSON answers /json with 400 and errNoConfig, as envoyproxy/ratelimit
+// does, until ready is closed; nil ready is closed.
+func gateJSON(h http.Handler, ready <-chan struct{}) http.Handler {
+	if ready == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-ready:
+			h.ServeHTTP(w, r)
+		default:
+			httpjson.Problem(w, http.StatusBadRequest, errNoConfig)
+		}
+	})
 }
 
 // configFromXDS is where serve takes its configuration from an xDS

@@ -11,7 +11,10 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/tlstest"
@@ -171,5 +174,46 @@ func TestServeXDS(t *testing.T) {
 	}
 	if !strings.Contains(in.stderr.String(), "xDS configuration refused (NACK)") {
 		t.Errorf("no log of the NACK:\n%s", in.stderr)
+	}
+}
+
+// TestServeXDSStartWithoutConfig: with --xds-start-without-config (Envoy
+// Gateway's FORCE_START_WITHOUT_INITIAL_CONFIG=true), serve listens at
+// once and fails Envoy's requests as envoyproxy/ratelimit does until the
+// first configuration comes; health checks pass meanwhile.
+func TestServeXDSStartWithoutConfig(t *testing.T) {
+	m := xdstest.Start(t, xdstest.Options{Node: "gw"})
+	in := serve(t, "--grpc", "127.0.0.1:0", "--xds-server", m.Addr, "--xds-node-id", "gw", "--xds-start-without-config")
+	if !strings.Contains(in.stdout.String(), "envoy domains: 0 from xDS server") {
+		t.Fatalf("banner:\n%s", in.stdout)
+	}
+	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
+	_, err = c.ShouldRateLimit(context.Background(), req)
+	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "no rate limit configuration loaded") {
+		t.Fatalf("before the first configuration: %v", err)
+	}
+	if h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health before the first configuration: %v, %v", h, err)
+	}
+	body := `{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"203.0.113.7"}]}]}`
+	if code, resp := in.post(t, "/json", body); code != 400 || !strings.Contains(resp["detail"].(string), "no rate limit configuration loaded") {
+		t.Fatalf("/json before the first configuration: %d %v", code, resp)
+	}
+
+	m.Set("gw", "v1", &rlsconf.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "remote_address", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 3}},
+	}})
+	waitFor(t, "the first configuration", func() bool {
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		return err == nil && resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 3
+	})
+	if code, resp := in.post(t, "/json", body); code != 200 || resp["overallCode"] != "OK" {
+		t.Fatalf("/json after the first configuration: %d %v", code, resp)
 	}
 }
