@@ -38,6 +38,7 @@ type Server struct {
 	done     chan struct{}
 	cancel   context.CancelFunc
 	requests chan *discovery.DiscoveryRequest
+	nacks    map[string]int // NACKs by node
 }
 
 // Options configure Start. The zero value records every node's requests,
@@ -57,7 +58,7 @@ type Options struct {
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	s := &Server{t: t, cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), requests: make(chan *discovery.DiscoveryRequest, 64),
-		watched: o.Node, tls: o.TLS}
+		watched: o.Node, tls: o.TLS, nacks: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +73,11 @@ func (s *Server) serve(ln net.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := serverv3.NewServer(ctx, s.cache, serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
+			if req.GetErrorDetail() != nil {
+				s.mu.Lock()
+				s.nacks[req.GetNode().GetId()]++
+				s.mu.Unlock()
+			}
 			if s.watched != "" && req.GetNode().GetId() != s.watched {
 				return nil
 			}
@@ -139,6 +145,13 @@ func (s *Server) Set(node, version string, configs ...*rlsconf.RateLimitConfig) 
 	if err := s.cache.SetSnapshot(context.Background(), node, snap); err != nil {
 		s.t.Fatal(err)
 	}
+}
+
+// NACKs returns how many NACKs node has sent, on every stream.
+func (s *Server) NACKs(node string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nacks[node]
 }
 
 // Answer waits at most 10s for a client's next request that answers a
