@@ -51,8 +51,12 @@ func TestFromDomains(t *testing.T) {
 		}
 		return nil
 	}
-	a := func() *Domain { return dom("a", "domain: api\ndescriptors:\n  - key: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n") }
-	b := func() *Domain { return dom("b", "domain: api\ndescriptors:\n  - key: y\n    rate_limit: {unit: second, requests_per_unit: 1}\n") }
+	a := func() *Domain {
+		return dom("a", "domain: api\ndescriptors:\n  - key: x\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	}
+	b := func() *Domain {
+		return dom("b", "domain: api\ndescriptors:\n  - key: y\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	}
 	if _, err := FromDomains("s", []*Domain{a(), b()}, false); err == nil || !strings.Contains(err.Error(), "b:1:1: domain: duplicate domain 'api' in config file (also in a)") {
 		t.Fatalf("without merge: %v", err)
 	}
