@@ -38,7 +38,8 @@ type xdsFlags struct {
 	backoffMin   time.Duration
 	backoffMax   time.Duration
 	maxMsgSize   string
-	// startWithoutConfig serves before the first configuration came.
+	// startWithoutConfig listens before the first configuration came,
+	// failing Envoy's requests until it does.
 	startWithoutConfig bool
 }
 
@@ -55,7 +56,7 @@ func (x *xdsFlags) register(fs *flag.FlagSet, e *env) {
 	fs.DurationVar(&x.backoffMin, "xds-backoff-min", e.duration("FLOODGATE_XDS_BACKOFF_MIN", xds.DefaultBackoffMin), "first wait before the xDS stream is opened again after it failed; it doubles with each failure in a row, drawn from its upper half ($FLOODGATE_XDS_BACKOFF_MIN)")
 	fs.DurationVar(&x.backoffMax, "xds-backoff-max", e.duration("FLOODGATE_XDS_BACKOFF_MAX", xds.DefaultBackoffMax), "longest wait before the xDS stream is opened again ($FLOODGATE_XDS_BACKOFF_MAX)")
 	fs.StringVar(&x.maxMsgSize, "xds-max-msg-size", e.str("FLOODGATE_XDS_MAX_MSG_SIZE", "4MiB"), "largest xDS response (bytes, or with KiB, MiB or GiB): the whole configuration comes in one ($FLOODGATE_XDS_MAX_MSG_SIZE)")
-	fs.BoolVar(&x.startWithoutConfig, "xds-start-without-config", e.bool("FLOODGATE_XDS_START_WITHOUT_CONFIG", false), "serve before the first configuration came from --xds-server, with no Envoy domains (every request OK); by default serve waits for it, as envoyproxy/ratelimit does ($FLOODGATE_XDS_START_WITHOUT_CONFIG)")
+	fs.BoolVar(&x.startWithoutConfig, "xds-start-without-config", e.bool("FLOODGATE_XDS_START_WITHOUT_CONFIG", false), "listen before the first configuration came from --xds-server; until it comes, Envoy's requests fail with \"no rate limit configuration loaded\" (Envoy's failure mode decides), as envoyproxy/ratelimit's FORCE_START_WITHOUT_INITIAL_CONFIG does; by default serve waits for it before it listens ($FLOODGATE_XDS_START_WITHOUT_CONFIG)")
 }
 
 // xdsSetup is what the xDS flags ask for, checked.
