@@ -76,7 +76,7 @@ func (x *xdsFlags) check(configPath string, mergeDomains bool) (*xdsSetup, error
 		return nil, nil
 	}
 	if configPath != "" {
-		return nil, errors.New("--config and --xds-server both give the Envoy domains: set one")
+		return nil, errors.New("--config and --xds-server both give the Envoy domains: set one (the container image sets FLOODGATE_CONFIG: set it to the empty string)")
 	}
 	s := &xdsSetup{opts: xds.Options{Server: x.server, NodeID: x.nodeID, BackoffMin: x.backoffMin, BackoffMax: x.backoffMax, MergeDomains: mergeDomains}}
 	if x.nodeID == "" {
