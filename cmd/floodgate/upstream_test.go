@@ -541,12 +541,16 @@ func TestRatelimitModeRefuses(t *testing.T) {
 	}{
 		{env: []string{"BACKEND_TYPE=memcache"}, want: "$BACKEND_TYPE=memcache"},
 		{env: []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:1", "REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE"}, want: "$REDIS_POOL_ON_EMPTY_BEHAVIOR=CREATE"},
-		{env: []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "USE_STATSD=false", "FLOODGATE_REDIS=", "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1"}, want: "$CONFIG_TYPE=GRPC_XDS_SOTW"},
+		{env: []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS=maybe", "USE_STATSD=false", "FLOODGATE_REDIS=", "PORT=0", "GRPC_PORT=0", "DEBUG_PORT=0", "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1"}, want: "$CONFIG_GRPC_XDS_SERVER_USE_TLS"},
+		{env: []string{"CONFIG_TYPE=GRPC_XDS_DELTA"}, want: "$CONFIG_TYPE"},
 		{args: []string{"--config", "x"}, want: "takes no flags"},
 	} {
-		cmd := exec.Command(bin, tc.args...)
+		// A start that is not refused would serve: bounded, it fails.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, bin, tc.args...)
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tc.env...)
 		out, err := cmd.CombinedOutput()
+		cancel()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%q %q: %v\n%s\nwant status 2 and %q", tc.args, tc.env, err, out, tc.want)
 		}

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -247,12 +249,53 @@ func gateJSON(h http.Handler, ready <-chan struct{}) http.Handler {
 	})
 }
 
-// configFromXDS is where serve takes its configuration from an xDS
-// server (envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW) rather than
-// from --config: started as ratelimit, upstreamSettings reads the
-// CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables into x and leaves --config
-// unset. The xDS configuration source plugs in here; until it does, that
-// configuration type is refused with a clear error.
+// configFromXDS sets the --xds-* flags from envoyproxy/ratelimit's
+// CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables, read into x when started
+// as ratelimit with CONFIG_TYPE=GRPC_XDS_SOTW. The variable, not a file,
+// then gives the configuration, so a --config from the image's
+// FLOODGATE_CONFIG is dropped rather than refused.
 func configFromXDS(f *serveFlags, x *XDSSettings) error {
-	return errors.New("$CONFIG_TYPE=GRPC_XDS_SOTW: this build of floodgate has no xDS configuration source; use CONFIG_TYPE=FILE with the domain files under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY")
+	if x.ServerURL == "" {
+		return errors.New("$CONFIG_GRPC_XDS_SERVER_URL is empty")
+	}
+	f.config = ""
+	f.xds.server = x.ServerURL
+	f.xds.nodeID = x.NodeID
+	f.xds.nodeMetadata = joinPairs(x.NodeMetadata)
+	f.xds.headers = joinPairs(x.AdditionalHeaders)
+	if x.UseTLS {
+		// Upstream reads the files only with TLS on; any of them turns
+		// floodgate's TLS on, so they are not set without it.
+		f.xds.tls = true
+		f.xds.tlsFiles = tlsconf.ClientFiles{CA: x.ServerCA, Cert: x.ClientCert, Key: x.ClientKey, ServerName: x.ServerSAN}
+	}
+	if x.BackoffInitial > 0 {
+		f.xds.backoffMin = x.BackoffInitial
+	}
+	if x.BackoffMax > 0 {
+		f.xds.backoffMax = x.BackoffMax
+	}
+	if x.MaxMsgSize > 0 {
+		f.xds.maxMsgSize = strconv.Itoa(x.MaxMsgSize)
+	}
+	f.xds.startWithoutConfig = x.ForceStart
+	return nil
+}
+
+// joinPairs writes m as the --xds-node-metadata and --xds-headers flags
+// read it, key=value,..., in key order.
+func joinPairs(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + m[k])
+	}
+	return b.String()
 }

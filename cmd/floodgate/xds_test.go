@@ -217,3 +217,40 @@ func TestServeXDSStartWithoutConfig(t *testing.T) {
 		t.Fatalf("/json after the first configuration: %d %v", code, resp)
 	}
 }
+
+// TestRatelimitModeXDS: started as ratelimit with Envoy Gateway's
+// CONFIG_TYPE=GRPC_XDS_SOTW and FORCE_START_WITHOUT_INITIAL_CONFIG (and
+// the image's FLOODGATE_CONFIG, which the xDS setting overrides), floodgate
+// serves before the first configuration, then takes the domains from the
+// xDS server.
+func TestRatelimitModeXDS(t *testing.T) {
+	m := xdstest.Start(t, xdstest.Options{Node: "envoy-ratelimit"})
+	in := startRatelimit(t, t.TempDir(), "CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+m.Addr,
+		"CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=1s",
+		"USE_STATSD=false", "FLOODGATE_REDIS=", "FLOODGATE_CONFIG=/etc/floodgate/rules.yaml")
+	conn, err := grpc.NewClient(in.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
+	if _, err := c.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unknown {
+		t.Fatalf("before the first configuration: %v, want Unknown", err)
+	}
+	m.Set("envoy-ratelimit", "v1", &rlsconf.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "remote_address", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 2}},
+	}})
+	waitFor(t, "the first configuration", func() bool {
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		return err == nil && resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 2
+	})
+	// waitFor's answer was the first hit of 2.
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		if err != nil || resp.OverallCode != want {
+			t.Fatalf("request %d: %v, %v; want %v", i+2, resp, err, want)
+		}
+	}
+}
