@@ -55,12 +55,13 @@ func (keyError) Error() string { return "floodgate: key failed" }
 func (keyError) Is(target error) bool { return target == ErrStore }
 
 // IsInvalidInput reports whether err says that the request, not the
-// store, was wrong: an invalid key, cost or limit, or a wrong number of
+// store, was wrong: an invalid key, cost, limit or permit, or a wrong number of
 // limits. Such an error is the caller's to fix; retrying, or answering
 // from a fallback, would not help.
 func IsInvalidInput(err error) bool {
 	return errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidCost) ||
-		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrNoLimits)
+		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrNoLimits) ||
+		errors.Is(err, ErrInvalidPermit)
 }
 
 // The bounds on a request.

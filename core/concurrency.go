@@ -1,0 +1,349 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+)
+
+// Concurrency limits (slots) bound how many requests on a key are in
+// flight at once, where the rate limits bound how often. A SlotSpec is N
+// slots per key with a lease L; Acquire takes a slot and returns a permit
+// (an id and an expiry), Release gives it back exactly once, Extend renews
+// it for another L, and a permit neither released nor extended within L
+// frees its slot by itself, so a holder that dies loses its slots at most
+// L later and never sooner.
+//
+// Slots are their own type rather than a Kind of Spec, because they share
+// nothing of a rate limit's contract but the key: an acquire returns a
+// permit that only its holder can give back, and release and extend name
+// that permit, where every Policy method takes a key and a cost. As a
+// Kind, every Store, the Lua protocol, overrides, carries, rebases,
+// refunds, forced charges, leases and the denial cache would each need a
+// meaning for "slots" that they do not have (what is a refund of a permit
+// nobody named, or a forced charge over N?), and every Take would carry a
+// permit id it does not use. A separate SlotStore keeps the rate limits'
+// contract as it is and gives the slots the three operations they need.
+
+// The bounds on a concurrency limit.
+const (
+	// MaxSlots is the most slots one key may have. A key holds one record
+	// per live permit (in Redis, a sorted set member each), so N bounds
+	// the work of one operation and the memory of one key.
+	MaxSlots = 10000
+	// MaxPermitIDLen is the longest permit id that a store accepts; the
+	// ids that NewPermitID makes are PermitIDLen bytes.
+	MaxPermitIDLen = 64
+	// PermitIDLen is the length of the ids NewPermitID makes: 32 hex
+	// digits of randomness, '-', and 8 hex digits tagging the key.
+	PermitIDLen = 32 + 1 + 8
+)
+
+// ErrInvalidPermit reports a permit id that no store could have issued
+// for the key: empty, too long, malformed, or issued for another key.
+// IsInvalidInput is true of it. A well-formed permit that is not (or no
+// longer) held is not an error: Release and Extend report it as not held.
+var ErrInvalidPermit = errors.New("floodgate: invalid permit")
+
+// SlotSpec is a concurrency limit compiled for deciding: N slots per key,
+// each held for a lease of Lease µs unless released or extended. Build one
+// with NewSlots. A SlotSpec is an immutable value, safe to copy and share.
+type SlotSpec struct {
+	// Name labels the limit in results and metrics; it has no effect on
+	// decisions.
+	Name string
+	// Slots is N, the most permits held at once on a key: 1 to MaxSlots.
+	Slots int64
+	// Lease is how long a permit lives without Extend, in µs: 1 to
+	// MaxPeriod.
+	Lease int64
+}
+
+// NewSlots returns the SlotSpec of n slots per key with the given lease.
+// The error wraps ErrInvalidLimit: n must be 1 to MaxSlots, the lease a
+// positive whole number of microseconds up to MaxPeriod.
+func NewSlots(n int64, lease time.Duration) (SlotSpec, error) {
+	if n < 1 || n > MaxSlots {
+		return SlotSpec{}, fmt.Errorf("%w: concurrency limit must be between 1 and %d slots, got %d", ErrInvalidLimit, MaxSlots, n)
+	}
+	l, err := checkPeriod("concurrency lease", lease)
+	if err != nil {
+		return SlotSpec{}, err
+	}
+	return SlotSpec{Slots: n, Lease: l}, nil
+}
+
+// Validate returns nil when s is a SlotSpec that NewSlots could have
+// returned, and an error wrapping ErrInvalidLimit otherwise.
+func (s SlotSpec) Validate() error {
+	if s.Lease > maxPeriodMicros {
+		return fmt.Errorf("%w: concurrency lease must be at most %s, got %dµs", ErrInvalidLimit, MaxPeriod, s.Lease)
+	}
+	_, err := NewSlots(s.Slots, time.Duration(s.Lease)*time.Microsecond)
+	return err
+}
+
+// Share returns the 1/n share of s that one of n processes may hold on
+// its own: N/n slots, rounded down but at least 1, with the same lease.
+// A fallback store's local limiter applies it while Redis is away.
+func (s SlotSpec) Share(n int64) (SlotSpec, error) {
+	if n < 1 {
+		return SlotSpec{}, fmt.Errorf("%w: share must be of 1 or more instances, got %d", ErrInvalidLimit, n)
+	}
+	s.Slots = max(1, s.Slots/n)
+	return s, nil
+}
+
+// SlotOpKind is what a SlotOp does.
+type SlotOpKind uint8
+
+// The slot operations. The zero SlotOpKind is none.
+const (
+	// Acquire takes a slot for the permit ID if fewer than N are held.
+	Acquire SlotOpKind = iota + 1
+	// Release gives back the permit ID's slot, if it is held.
+	Release
+	// Extend renews the permit ID for another lease, if it is held.
+	Extend
+)
+
+// String returns "acquire", "release" or "extend".
+func (k SlotOpKind) String() string {
+	switch k {
+	case Acquire:
+		return "acquire"
+	case Release:
+		return "release"
+	case Extend:
+		return "extend"
+	}
+	return fmt.Sprintf("SlotOpKind(%d)", uint8(k))
+}
+
+// SlotOp is one operation on a key's slots: its kind and the permit id it
+// is about (for Acquire, the id the new permit gets).
+type SlotOp struct {
+	Kind SlotOpKind
+	ID   string
+}
+
+// Held is one live permit: its id and its expiry, in µs since the epoch.
+type Held struct {
+	ID     string
+	Expiry int64
+}
+
+// SlotState is one key's slots: the permits held, in the order they were
+// acquired, expired ones included until an operation drops them. The
+// zero SlotState holds nothing.
+type SlotState struct {
+	Permits []Held
+}
+
+// Live returns how many permits of st have not expired at now.
+func (st SlotState) Live(now int64) int64 {
+	var n int64
+	for _, p := range st.Permits {
+		if p.Expiry > now {
+			n++
+		}
+	}
+	return n
+}
+
+// SlotVerdict is the answer to one SlotOp.
+type SlotVerdict struct {
+	// OK says the operation did what it asked: Acquire took a slot,
+	// Release gave one back, Extend renewed the permit. A Release or
+	// Extend of a permit that is not held (released already, expired,
+	// never acquired) is not OK and changes nothing.
+	OK bool
+	// Held is how many permits are live after the operation.
+	Held int64
+	// Expiry is the permit's expiry (µs since the epoch) after an OK
+	// Acquire or Extend; 0 otherwise.
+	Expiry int64
+	// Retry is, for a denied Acquire, the µs until the earliest live
+	// permit expires: when a slot frees at the latest, sooner if one is
+	// released. 0 otherwise.
+	Retry int64
+}
+
+// Step applies op to the slots st of one key at time now (µs) and
+// returns the new state and the verdict; st is not changed. It is a pure
+// function, the model every store mirrors:
+//
+//   - Expired permits (Expiry <= now) are dropped first: a permit lives
+//     for the half-open interval [acquired, Expiry).
+//   - Acquire: with fewer than Slots live permits, adds op.ID expiring at
+//     now + Lease; otherwise denies with Retry = earliest expiry - now.
+//     Acquiring an id that is held already is an error (ids are random;
+//     it means a forged or replayed id).
+//   - Release: removes op.ID if held; not OK if not.
+//   - Extend: sets op.ID's expiry to the later of now + Lease and its
+//     expiry (a clock that steps back never shortens a lease); not OK if
+//     not held.
+//
+// Errors wrap ErrInvalidPermit (an id that CheckPermitID rejects, before
+// the key is known, or a duplicate acquire) or ErrInvalidLimit (an
+// unknown op kind).
+func (s SlotSpec) Step(st SlotState, now int64, op SlotOp) (SlotState, SlotVerdict, error) {
+	if err := checkIDShape(op.ID); err != nil {
+		return st, SlotVerdict{}, err
+	}
+	live := make([]Held, 0, len(st.Permits)+1)
+	at := -1
+	for _, p := range st.Permits {
+		if p.Expiry > now {
+			if p.ID == op.ID {
+				at = len(live)
+			}
+			live = append(live, p)
+		}
+	}
+	var v SlotVerdict
+	switch op.Kind {
+	case Acquire:
+		if at >= 0 {
+			return st, SlotVerdict{}, fmt.Errorf("%w: permit %q is held already", ErrInvalidPermit, op.ID)
+		}
+		if int64(len(live)) >= s.Slots {
+			earliest := live[0].Expiry
+			for _, p := range live[1:] {
+				earliest = min(earliest, p.Expiry)
+			}
+			v.Retry = earliest - now
+			break
+		}
+		v.OK, v.Expiry = true, now+s.Lease
+		live = append(live, Held{ID: op.ID, Expiry: v.Expiry})
+	case Release:
+		if at >= 0 {
+			v.OK = true
+			live = slices.Delete(live, at, at+1)
+		}
+	case Extend:
+		if at >= 0 {
+			v.OK = true
+			live[at].Expiry = max(live[at].Expiry, now+s.Lease)
+			v.Expiry = live[at].Expiry
+		}
+	default:
+		return st, SlotVerdict{}, fmt.Errorf("%w: unknown slot operation %d", ErrInvalidLimit, op.Kind)
+	}
+	v.Held = int64(len(live))
+	if len(live) == 0 {
+		live = nil
+	}
+	return SlotState{Permits: live}, v, nil
+}
+
+// Hold returns how long the key must be kept after now: until its latest
+// permit expires; 0 when it holds none.
+func (st SlotState) Hold(now int64) int64 {
+	var h int64
+	for _, p := range st.Permits {
+		h = max(h, p.Expiry-now)
+	}
+	return h
+}
+
+// NewPermitID returns a permit id for key from 16 random bytes: 32 hex
+// digits, '-', and a tag of 8 hex digits that a hash of key gives, so that
+// a permit released or extended on another key is recognised as a
+// mistake (CheckPermitID) rather than reported as not held. The tag is no
+// secret: the random part is what makes a permit unguessable.
+func NewPermitID(key string, random [16]byte) string {
+	const hexd = "0123456789abcdef"
+	b := make([]byte, 0, PermitIDLen)
+	for _, c := range random {
+		b = append(b, hexd[c>>4], hexd[c&15])
+	}
+	b = append(b, '-')
+	t := keyTag(key)
+	for i := 28; i >= 0; i -= 4 {
+		b = append(b, hexd[(t>>i)&15])
+	}
+	return string(b)
+}
+
+func keyTag(key string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return h.Sum32()
+}
+
+// CheckPermitID returns nil when id could be a permit that NewPermitID
+// made for key, and otherwise an error wrapping ErrInvalidPermit that
+// says why: empty, longer than MaxPermitIDLen, not of the form, or
+// tagged for another key.
+func CheckPermitID(key, id string) error {
+	if err := checkIDShape(id); err != nil {
+		return err
+	}
+	if len(id) != PermitIDLen || id[32] != '-' {
+		return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", ErrInvalidPermit, id)
+	}
+	for i := 0; i < PermitIDLen; i++ {
+		c := id[i]
+		if i != 32 && !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", ErrInvalidPermit, id)
+		}
+	}
+	want := NewPermitID(key, [16]byte{})[33:]
+	if id[33:] != want {
+		return fmt.Errorf("%w: permit %q was issued for another key", ErrInvalidPermit, id)
+	}
+	return nil
+}
+
+// checkIDShape bounds an id before anything stores or compares it.
+func checkIDShape(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty permit id", ErrInvalidPermit)
+	case len(id) > MaxPermitIDLen:
+		return fmt.Errorf("%w: permit id is %d bytes, more than the maximum %d", ErrInvalidPermit, len(id), MaxPermitIDLen)
+	}
+	return nil
+}
+
+// CheckSlotOp returns nil for an operation a SlotPolicy can apply on key:
+// CheckKey's error for the key, else CheckPermitID's for the id, else an
+// error wrapping ErrInvalidLimit for an unknown kind.
+func CheckSlotOp(key string, op SlotOp) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := CheckPermitID(key, op.ID); err != nil {
+		return err
+	}
+	if op.Kind < Acquire || op.Kind > Extend {
+		return fmt.Errorf("%w: unknown slot operation %d", ErrInvalidLimit, op.Kind)
+	}
+	return nil
+}
+
+// SlotStore is implemented by a Store that keeps concurrency limits: the
+// memory store, the Redis store and the fallback store. It is optional;
+// package floodgate's NewConcurrency reports a store without it.
+type SlotStore interface {
+	// PrepareSlots validates spec and returns the SlotPolicy that applies
+	// it. It does no I/O. Its errors wrap ErrInvalidLimit or ErrClosed.
+	PrepareSlots(spec SlotSpec) (SlotPolicy, error)
+}
+
+// SlotPolicy applies one concurrency limit to keys.
+type SlotPolicy interface {
+	// Slot applies op to key's slots, atomically, at the store's time, as
+	// SlotSpec.Step does, and returns its verdict. Errors: CheckSlotOp's
+	// (wrapping ErrInvalidKey, ErrInvalidPermit or ErrInvalidLimit), the
+	// context's, ErrStore (ErrKey for that key alone), ErrClosed. A denied
+	// acquire, or a release of a permit not held, is a verdict, not an
+	// error. A store that fails may or may not have applied the op: an
+	// acquire's permit then expires after its lease at the latest.
+	Slot(ctx context.Context, key string, op SlotOp) (SlotVerdict, Source, error)
+}
