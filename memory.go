@@ -67,6 +67,9 @@ type MemoryStore struct {
 	rebaseMu sync.Mutex
 	rebased  map[string][]core.Spec
 
+	// slots holds the concurrency limits' permits (memslots.go).
+	slots memSlots
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -116,6 +119,7 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 	for i := range s.shards {
 		s.shards[i].init()
 	}
+	s.slots.maxKeys = max(1, c.MaxKeys/len(s.slots.shards))
 	if c.SweepInterval > 0 {
 		go s.sweeper(c.SweepInterval)
 	} else {

@@ -75,6 +75,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("errors", func(t *testing.T) { runErrors(t, newStore) })
 	t.Run("inspect", func(t *testing.T) { runInspect(t, newStore) })
 	t.Run("concurrency", func(t *testing.T) { runConcurrency(t, newStore) })
+	t.Run("slots", func(t *testing.T) { RunSlots(t, newStore) })
 }
 
 // Op is what a Step does.
