@@ -150,6 +150,8 @@ type Store struct {
 	argKeys bool
 	// traced is set once a call was traced (trace.go).
 	traced atomic.Bool
+	// slotBatch queues the concurrency limits' operations (concurrency.go).
+	slotBatch slotBatcher
 }
 
 var _ floodgate.Store = (*Store)(nil)

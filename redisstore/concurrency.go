@@ -1,0 +1,325 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/floodgate/floodgate/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// Concurrency limits (slots) on Redis. A key's permits are one sorted set,
+// <prefix>{key}:c, member the permit id and score its expiry in µs; the
+// key expires with its latest permit. slots.lua applies a batch of
+// operations, each core.SlotSpec.Step, in one script call, on Redis's
+// TIME unless the Store has a Clock. The slots are the key's, whichever
+// limit applies to them, as a key's rate limit states are.
+//
+// Operations made while others are in flight go together: a caller that
+// finds fewer than slotInflight script calls out sends its own at once;
+// the others queue, and when a call returns, the first caller queued sends
+// the queue (up to MaxBatch) in the next. No goroutine is started. On a
+// Cluster a batch goes as one script call per slot, in one pipeline.
+
+//go:embed slots.lua
+var slotsSource string
+
+// The operations' kinds on the wire.
+const (
+	slotAcquire = "a"
+	slotRelease = "r"
+	slotExtend  = "e"
+)
+
+// slotLuaConstants are the {{NAME}}s of slots.lua.
+var slotLuaConstants = map[string]string{
+	"SLOT_ACQUIRE": strconv.Quote(slotAcquire),
+	"SLOT_RELEASE": strconv.Quote(slotRelease),
+	"SLOT_EXTEND":  strconv.Quote(slotExtend),
+}
+
+func expandSlotLua(src string) string {
+	return luaPlaceholder.ReplaceAllStringFunc(src, func(p string) string {
+		v, ok := slotLuaConstants[p[2:len(p)-2]]
+		if !ok {
+			panic(fmt.Sprintf("redisstore: slots.lua names %s, which slotLuaConstants lacks", p))
+		}
+		return v
+	})
+}
+
+var slotsScript = redis.NewScript(expandSlotLua(slotsSource))
+
+// slotInflight is the most script calls of slot operations in flight at
+// once per Store: few and full calls cost Redis least.
+const slotInflight = 3
+
+// slotKeySuffix ends the Redis key of a key's slots.
+const slotKeySuffix = "c"
+
+// slotCall is one operation, queued or sent.
+type slotCall struct {
+	rkey string
+	slot int
+	op   core.SlotOp
+	spec core.SlotSpec
+	v    core.SlotVerdict
+	err  error
+	// wake receives true when the call is to send batch, false when its
+	// result is set.
+	wake  chan bool
+	batch []*slotCall
+}
+
+// slotBatcher queues the slot operations that wait for a script call.
+type slotBatcher struct {
+	mu       sync.Mutex
+	inflight int
+	queue    []*slotCall
+	// ops and scripts count operations and the script calls that carried
+	// them.
+	ops, scripts atomic.Uint64
+}
+
+// SlotStats are counters of the Store's concurrency limit traffic.
+type SlotStats struct {
+	Ops         uint64 // acquires, releases and extends sent
+	ScriptCalls uint64 // script calls that carried them
+}
+
+// SlotStats returns the Store's counters of slot operations.
+func (s *Store) SlotStats() SlotStats {
+	return SlotStats{Ops: s.slotBatch.ops.Load(), ScriptCalls: s.slotBatch.scripts.Load()}
+}
+
+type slotPolicy struct {
+	s    *Store
+	spec core.SlotSpec
+}
+
+// PrepareSlots implements core.SlotStore.
+func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, core.ErrClosed
+	}
+	return &slotPolicy{s: s, spec: spec}, nil
+}
+
+// slotKey returns the Redis key of key's slots.
+func (s *Store) slotKey(key string) string {
+	if strings.ContainsAny(key, "{}") {
+		return s.prefix + hashTag(key) + key + ":" + slotKeySuffix
+	}
+	return s.prefix + "{" + key + "}:" + slotKeySuffix
+}
+
+// Slot implements core.SlotPolicy.
+func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+	if err := core.CheckSlotOp(key, op); err != nil {
+		return core.SlotVerdict{}, 0, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.SlotVerdict{}, 0, core.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return core.SlotVerdict{}, 0, err
+	}
+	c := &slotCall{rkey: s.slotKey(key), op: op, spec: p.spec, wake: make(chan bool, 1)}
+	if s.cluster {
+		c.slot = slotOf(c.rkey)
+	}
+	if err := s.slotDo(ctx, c); err != nil {
+		return core.SlotVerdict{}, 0, err
+	}
+	if c.err != nil {
+		if errors.Is(c.err, core.ErrInvalidPermit) {
+			return core.SlotVerdict{}, 0, c.err
+		}
+		return core.SlotVerdict{}, 0, s.wrap(ctx, c.err)
+	}
+	return c.v, core.SourceStore, nil
+}
+
+// slotDo sends c, alone or with others, and returns when its result is
+// set, or with the context's error if it ends while c is still queued.
+func (s *Store) slotDo(ctx context.Context, c *slotCall) error {
+	b := &s.slotBatch
+	b.mu.Lock()
+	if b.inflight < slotInflight || s.batch == nil {
+		b.inflight++
+		b.mu.Unlock()
+		s.slotLead(ctx, []*slotCall{c})
+		return nil
+	}
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	var lead bool
+	select {
+	case lead = <-c.wake:
+	case <-ctx.Done():
+		b.mu.Lock()
+		for i, q := range b.queue {
+			if q == c {
+				b.queue = append(b.queue[:i], b.queue[i+1:]...)
+				b.mu.Unlock()
+				return ctx.Err()
+			}
+		}
+		b.mu.Unlock()
+		// Sent already, or about to be: its result comes.
+		lead = <-c.wake
+	}
+	if lead {
+		s.slotLead(ctx, c.batch)
+	}
+	return nil
+}
+
+// slotLead sends batch (whose first call is the caller's own), wakes its
+// other callers, and hands the queue to the first caller queued.
+func (s *Store) slotLead(ctx context.Context, batch []*slotCall) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+	s.sendSlots(sctx, batch)
+	cancel()
+	for _, c := range batch[1:] {
+		c.wake <- false
+	}
+	b := &s.slotBatch
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.inflight--
+		b.mu.Unlock()
+		return
+	}
+	k := min(len(b.queue), s.slotMaxBatch())
+	next := make([]*slotCall, k)
+	copy(next, b.queue)
+	b.queue = append(b.queue[:0], b.queue[k:]...)
+	b.mu.Unlock()
+	next[0].batch = next
+	next[0].wake <- true
+}
+
+func (s *Store) slotMaxBatch() int {
+	if s.batch != nil {
+		return s.batch.maxBatch
+	}
+	return 1
+}
+
+// sendSlots runs calls in one script call, or, on a Cluster, one per slot
+// in one pipeline, and sets each call's result.
+func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
+	groups := [][]*slotCall{calls}
+	if s.cluster {
+		bySlot := map[int]int{}
+		groups = groups[:0]
+		for _, c := range calls {
+			i, ok := bySlot[c.slot]
+			if !ok {
+				i = len(groups)
+				bySlot[c.slot] = i
+				groups = append(groups, nil)
+			}
+			groups[i] = append(groups[i], c)
+		}
+	}
+	s.slotBatch.ops.Add(uint64(len(calls)))
+	s.slotBatch.scripts.Add(uint64(len(groups)))
+	if len(groups) == 1 {
+		keys, args := s.slotArgs(groups[0])
+		res, err := slotsScript.Run(ctx, s.client, keys, args...).Slice()
+		s.slotResults(groups[0], res, err)
+		return
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(groups))
+	for i, g := range groups {
+		keys, args := s.slotArgs(g)
+		cmds[i] = slotsScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, g := range groups {
+		res, err := cmds[i].Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// That master lost its scripts (a restart, a failover):
+			// Run loads it again.
+			keys, args := s.slotArgs(g)
+			res, err = slotsScript.Run(ctx, s.client, keys, args...).Slice()
+		}
+		s.slotResults(g, res, err)
+	}
+}
+
+func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {
+	keys := make([]string, len(calls))
+	args := make([]any, 2, 2+4*len(calls))
+	args[0] = int64(-1)
+	if s.clock != nil {
+		args[0] = s.clock.Now().UnixMicro()
+	}
+	args[1] = s.extraTTL + 1
+	for i, c := range calls {
+		keys[i] = c.rkey
+		kind := slotAcquire
+		switch c.op.Kind {
+		case core.Release:
+			kind = slotRelease
+		case core.Extend:
+			kind = slotExtend
+		}
+		args = append(args, kind, c.spec.Slots, c.spec.Lease, c.op.ID)
+	}
+	return keys, args
+}
+
+// errSlotReply is a reply that slots.lua does not give.
+var errSlotReply = errors.New("redisstore: malformed reply of the slots script")
+
+func (s *Store) slotResults(calls []*slotCall, res []any, err error) {
+	if err == nil && len(res) != 3*len(calls) {
+		err = errSlotReply
+	}
+	if err != nil {
+		for _, c := range calls {
+			c.err = err
+		}
+		return
+	}
+	for i, c := range calls {
+		r := res[3*i : 3*i+3]
+		held, ok1 := r[1].(int64)
+		t, ok2 := r[2].(int64)
+		switch st := r[0].(type) {
+		case int64:
+			if !ok1 || !ok2 {
+				c.err = errSlotReply
+				continue
+			}
+			c.v = core.SlotVerdict{OK: st == 1, Held: held}
+			if st == 1 {
+				c.v.Expiry = t
+			} else if c.op.Kind == core.Acquire {
+				c.v.Retry = t
+			}
+		case string:
+			if msg, ok := strings.CutPrefix(st, "FLOODGATE permit held already"); ok {
+				c.err = fmt.Errorf("%w: permit %q is held already%s", core.ErrInvalidPermit, c.op.ID, msg)
+			} else {
+				c.err = errors.New(st)
+			}
+		default:
+			c.err = errSlotReply
+		}
+	}
+}

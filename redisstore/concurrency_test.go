@@ -1,0 +1,190 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+func slotsOn(t *testing.T, client redis.UniversalClient, n int64, lease time.Duration, opts *redisstore.Options) (*redisstore.Store, *floodgate.Concurrency) {
+	t.Helper()
+	if opts == nil {
+		opts = &redisstore.Options{}
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+	}
+	st := newStore(t, client, opts)
+	c, err := floodgate.NewConcurrency(st, n, lease, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, c
+}
+
+// TestSlotsOnRedisTime checks the layout in Redis on Redis's own clock: a
+// sorted set of the permits, scored by their expiry, which expires with
+// its latest permit, and is gone when the last is released.
+func TestSlotsOnRedisTime(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	_, c := slotsOn(t, client, 2, 3*time.Second, &redisstore.Options{Prefix: "s:"})
+	ctx := context.Background()
+	r, err := c.Acquire(ctx, "user:1")
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	members, err := client.ZRangeWithScores(ctx, "s:{user:1}:c", 0, -1).Result()
+	if err != nil || len(members) != 1 || members[0].Member != r.Permit.ID || int64(members[0].Score) != r.Permit.Expires.UnixMicro() {
+		t.Fatalf("the key holds %+v (%v), want the permit %+v", members, err, r.Permit)
+	}
+	ttl := client.PTTL(ctx, "s:{user:1}:c").Val()
+	if ttl <= 2*time.Second || ttl > 3*time.Second+time.Millisecond {
+		t.Errorf("TTL %s, want the lease", ttl)
+	}
+	srvNow, _ := client.Time(ctx).Result()
+	if d := r.Permit.Expires.Sub(srvNow); d <= 2*time.Second || d > 3*time.Second {
+		t.Errorf("the permit expires %s after Redis's now, want the lease", d)
+	}
+	if rel, err := c.Release(ctx, r.Permit); err != nil || !rel.Allowed || rel.Held != 0 {
+		t.Fatal(rel, err)
+	}
+	if n := client.Exists(ctx, "s:{user:1}:c").Val(); n != 0 {
+		t.Error("the key of no permits is kept")
+	}
+	// A key with braces goes under a hash tag, as the rate limits' do.
+	if r, err := c.Acquire(ctx, "a{b}"); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if keys := client.Keys(ctx, "s:{*}a{b}:c").Val(); len(keys) != 1 {
+		t.Errorf("keys %v", keys)
+	}
+}
+
+// A key that holds something else fails that key alone, with ErrKey.
+func TestSlotsWrongType(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	_, c := slotsOn(t, client, 2, time.Second, &redisstore.Options{Prefix: "w:"})
+	ctx := context.Background()
+	client.Set(ctx, "w:{bad}:c", "x", 0)
+	if _, err := c.Acquire(ctx, "bad"); !errors.Is(err, floodgate.ErrKey) {
+		t.Fatalf("acquire on a string: %v, want ErrKey", err)
+	}
+	if r, err := c.Acquire(ctx, "good"); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+}
+
+// TestSlotsBatched checks that one operation alone is one script call,
+// and that goroutines' operations share script calls, never more than
+// one each.
+func TestSlotsBatched(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"standalone", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, c := slotsOn(t, tc.client(t), 4, time.Minute, nil)
+			ctx := context.Background()
+			r, err := c.Acquire(ctx, "k")
+			if err != nil || !r.Allowed {
+				t.Fatal(r, err)
+			}
+			if _, err := c.Release(ctx, r.Permit); err != nil {
+				t.Fatal(err)
+			}
+			if s := st.SlotStats(); s.Ops != 2 || s.ScriptCalls != 2 {
+				t.Fatalf("alone: %+v, want a script call per operation", s)
+			}
+			const workers, rounds, keys = 32, 30, 50
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range rounds {
+						key := fmt.Sprint("k", (w*rounds+i)%keys)
+						r, err := c.Acquire(ctx, key)
+						if err == nil && r.Allowed {
+							_, err = c.Release(ctx, r.Permit)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			s := st.SlotStats()
+			if s.ScriptCalls > s.Ops || s.Ops < workers*rounds {
+				t.Fatalf("%+v", s)
+			}
+			t.Logf("%d operations in %d script calls", s.Ops, s.ScriptCalls)
+		})
+	}
+}
+
+// Through Sentinel, as through a server.
+func TestSlotsSentinel(t *testing.T) {
+	rig := redistest.StartSentinel(t)
+	st, err := redisstore.NewFromURL(rig.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c, err := floodgate.NewConcurrency(st, 1, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r, err := c.Acquire(ctx, "k")
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if r2, err := c.Acquire(ctx, "k"); err != nil || r2.Allowed || r2.Held != 1 {
+		t.Fatal(r2, err)
+	}
+	if n := rig.Master.Client(t).ZCard(ctx, "floodgate:{k}:c").Val(); n != 1 {
+		t.Fatalf("the master holds %d permits", n)
+	}
+	if rel, err := c.Release(ctx, r.Permit); err != nil || !rel.Allowed {
+		t.Fatal(rel, err)
+	}
+}
+
+// FuzzSlots holds the Lua of the concurrency limits to storetest's
+// reference model, as FuzzDifferential holds the rate limits' to the Go;
+// the memory store has a FuzzSlots of its own. Run longer with
+//
+//	go test -run - -fuzz FuzzSlots -fuzztime 5m ./redisstore
+func FuzzSlots(f *testing.F) {
+	client := redistest.Start(f).Client(f)
+	f.Add([]byte{2, 10, 0, 0, 8, 0, 0, 8, 0, 0, 8, 1, 0, 8, 2, 0, 20, 1, 1, 8})
+	f.Add([]byte{0, 3, 0, 0, 8, 1, 0, 8, 1, 0, 8, 0, 0, 23, 2, 0, 0, 0, 0, 0})
+	f.Add([]byte{4, 49, 0, 0, 8, 4, 0, 8, 8, 0, 8, 2, 1, 12, 0, 0, 22, 1, 2, 8, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		err := storetest.CheckSlotSequence(func(clock floodgate.Clock) floodgate.Store {
+			return redisstore.New(client, &redisstore.Options{Prefix: fmt.Sprintf("f%d:", prefixes.Add(1)), Clock: clock})
+		}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
