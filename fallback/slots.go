@@ -1,0 +1,158 @@
+package fallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+)
+
+// Concurrency limits through the fallback. While the primary answers,
+// every acquire, release and extend is the primary's. While it fails (its
+// breaker is open, or a call fails within the budget), an acquire is
+// answered by the mode: Local acquires on the local store, with the
+// limit's share of Instances (core.SlotSpec.Share: N/Instances slots, at
+// least 1); FailOpen grants a permit that nothing records; FailClosed
+// denies, with the probe interval as RetryAfter.
+//
+// A permit granted locally stays the local store's until it is released
+// or expires: release and extend look for the permit there first (a
+// memory store call, which finds it or not exactly, since ids are
+// random), and only then ask the primary. So when Redis comes back no
+// permit is lost (its holder releases or extends it where it is), and
+// none is counted twice (Redis never saw it). Redis does not see them
+// either: while permits granted during the outage are held, a key may
+// have up to N from Redis plus the local shares, N + Instances ×
+// max(1, N/Instances) at most across Instances processes, which is about
+// 2N; the local ones are gone at most a lease after Redis is back unless
+// their holders extend them.
+
+type slotPolicy struct {
+	s       *Store
+	primary core.SlotPolicy
+	local   core.SlotPolicy // nil unless the mode is Local
+	spec    core.SlotSpec
+}
+
+// PrepareSlots implements core.SlotStore: the primary's slots, and the
+// local store's share of them in Local mode. Its errors wrap
+// ErrInvalidLimit, also when the primary or the local store keeps no
+// concurrency limits, or ErrClosed.
+func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, floodgate.ErrClosed
+	}
+	ps, ok := s.primary.(core.SlotStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: the primary store (%T) keeps no concurrency limits", floodgate.ErrInvalidLimit, s.primary)
+	}
+	p := &slotPolicy{s: s, spec: spec}
+	var err error
+	if p.primary, err = ps.PrepareSlots(spec); err != nil {
+		return nil, err
+	}
+	if s.mode == Local {
+		ls, ok := s.local.(core.SlotStore)
+		if !ok {
+			return nil, fmt.Errorf("%w: the local store (%T) keeps no concurrency limits", floodgate.ErrInvalidLimit, s.local)
+		}
+		share, err := spec.Share(s.instances)
+		if err != nil {
+			return nil, err
+		}
+		if p.local, err = ls.PrepareSlots(share); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Slot implements core.SlotPolicy. Its errors are as Policy.Take's: input
+// errors, ErrClosed, the caller's context's, the primary's about key alone
+// (ErrKey), and the local store's.
+func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+	if err := core.CheckSlotOp(key, op); err != nil {
+		return core.SlotVerdict{}, 0, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.SlotVerdict{}, 0, floodgate.ErrClosed
+	}
+	if op.Kind != core.Acquire && p.local != nil {
+		// A permit granted locally is given back or renewed there.
+		v, _, err := p.local.Slot(ctx, key, op)
+		if err != nil {
+			return core.SlotVerdict{}, 0, err
+		}
+		if v.OK {
+			return v, core.SourceLocal, nil
+		}
+	}
+	b := s.breaker(key)
+	if !b.degraded.Load() {
+		v, err := p.call(ctx, b, key, op)
+		switch {
+		case err == nil:
+			return v, core.SourceStore, nil
+		case ctx.Err() != nil:
+			return core.SlotVerdict{}, 0, ctx.Err()
+		case core.IsInvalidInput(err):
+			return core.SlotVerdict{}, 0, err
+		case errors.Is(err, floodgate.ErrKey):
+			s.stats.keyErrors.Add(1)
+			return core.SlotVerdict{}, 0, err
+		}
+		b.failed(err)
+	}
+	s.stats.fallbacks.Add(1)
+	if op.Kind != core.Acquire {
+		// The primary cannot be asked, and the local store does not hold
+		// the permit: it is not held here; the primary's copy expires
+		// after its lease.
+		return core.SlotVerdict{}, p.source(), nil
+	}
+	now := s.clock.Now().UnixMicro()
+	switch s.mode {
+	case FailOpen:
+		return core.SlotVerdict{OK: true, Expiry: now + p.spec.Lease}, core.SourceFailOpen, nil
+	case FailClosed:
+		return core.SlotVerdict{Held: p.spec.Slots, Retry: s.interval.Microseconds()}, core.SourceFailClosed, nil
+	}
+	v, _, err := p.local.Slot(ctx, key, op)
+	return v, core.SourceLocal, err
+}
+
+func (p *slotPolicy) source() core.Source {
+	switch p.s.mode {
+	case FailOpen:
+		return core.SourceFailOpen
+	case FailClosed:
+		return core.SourceFailClosed
+	}
+	return core.SourceLocal
+}
+
+// call is breaker.call for a slot operation: within the budget, counting
+// a success.
+func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op core.SlotOp) (core.SlotVerdict, error) {
+	cctx, cancel := ctx, context.CancelFunc(nil)
+	if b.s.budget > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > b.s.budget {
+			cctx, cancel = context.WithTimeout(ctx, b.s.budget)
+		}
+	}
+	v, _, err := p.primary.Slot(cctx, key, op)
+	if cancel != nil {
+		cancel()
+	}
+	if err == nil && b.fails.Load() != 0 {
+		b.fails.Store(0)
+	}
+	return v, err
+}

@@ -1,0 +1,103 @@
+package fallback_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/fallback"
+)
+
+// PrepareSlots makes the flaky store keep concurrency limits, failing as
+// its mode says.
+func (f *flaky) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+	p, err := f.Store.(core.SlotStore).PrepareSlots(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &flakySlots{f: f, SlotPolicy: p}, nil
+}
+
+type flakySlots struct {
+	f *flaky
+	core.SlotPolicy
+}
+
+func (p *flakySlots) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+	if err := (&flakyPolicy{f: p.f}).fail(ctx); err != nil {
+		return core.SlotVerdict{}, 0, err
+	}
+	return p.SlotPolicy.Slot(ctx, key, op)
+}
+
+// TestSlotsFallback: while the primary fails, acquires get the mode's
+// answer (Local: the share of N); when it is back, permits granted
+// locally are released where they are, once, and the primary's on the
+// primary.
+func TestSlotsFallback(t *testing.T) {
+	ctx := context.Background()
+	t.Run("local", func(t *testing.T) {
+		f := newFixture(t, fallback.Options{Instances: 2, Threshold: 1000})
+		c, err := floodgate.NewConcurrency(f.store, 4, time.Minute, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromStore, err := c.Acquire(ctx, "k")
+		if err != nil || !fromStore.Allowed || fromStore.Source != floodgate.SourceStore {
+			t.Fatal(fromStore, err)
+		}
+		f.primary.mode.Store(int32(failing))
+		var local []floodgate.Permit
+		for i := range 3 {
+			r, err := c.Acquire(ctx, "k")
+			if err != nil || r.Source != floodgate.SourceLocal || r.Allowed != (i < 2) {
+				t.Fatalf("acquire %d while failing: %+v %v", i, r, err)
+			}
+			if r.Allowed {
+				local = append(local, r.Permit)
+			}
+		}
+		// The primary's permit cannot be released while it fails: not
+		// held here, and it expires there after its lease.
+		if r, err := c.Release(ctx, fromStore.Permit); err != nil || r.Allowed {
+			t.Fatalf("release of the primary's permit while failing: %+v %v", r, err)
+		}
+		f.primary.mode.Store(int32(healthy))
+		if r, err := c.Extend(ctx, local[0]); err != nil || !r.Allowed || r.Source != floodgate.SourceLocal {
+			t.Fatalf("extend of a local permit, back: %+v %v", r, err)
+		}
+		for _, p := range local {
+			if r, err := c.Release(ctx, p); err != nil || !r.Allowed || r.Source != floodgate.SourceLocal {
+				t.Fatalf("release of a local permit, back: %+v %v", r, err)
+			}
+			if r, err := c.Release(ctx, p); err != nil || r.Allowed {
+				t.Fatalf("second release of a local permit: %+v %v", r, err)
+			}
+		}
+		if r, err := c.Release(ctx, fromStore.Permit); err != nil || !r.Allowed || r.Source != floodgate.SourceStore || r.Held != 0 {
+			t.Fatalf("release of the primary's permit, back: %+v %v", r, err)
+		}
+	})
+	for _, tc := range []struct {
+		mode    fallback.Mode
+		allowed bool
+		source  floodgate.Source
+	}{{fallback.FailOpen, true, floodgate.SourceFailOpen}, {fallback.FailClosed, false, floodgate.SourceFailClosed}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Mode: tc.mode, Threshold: 1000})
+			c, err := floodgate.NewConcurrency(f.store, 1, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.primary.mode.Store(int32(failing))
+			for range 3 {
+				r, err := c.Acquire(ctx, "k")
+				if err != nil || r.Allowed != tc.allowed || r.Source != tc.source || (!r.Allowed && r.RetryAfter <= 0) {
+					t.Fatalf("%+v %v", r, err)
+				}
+			}
+		})
+	}
+}
