@@ -18,8 +18,8 @@
 -- was added once: at most N live members per key bound every call.
 local ACQUIRE, RELEASE, EXTEND = {{SLOT_ACQUIRE}}, {{SLOT_RELEASE}}, {{SLOT_EXTEND}}
 local call, rpcall, tonumber, type = redis.call, redis.pcall, tonumber, type
--- Redis 5 and 6 must replicate the effects of a script that reads TIME.
-if redis.replicate_commands then redis.replicate_commands() end
+-- Redis 7 takes PEXPIRE's GT, which makes keep one command.
+local GT = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 
 local now = tonumber(ARGV[1])
 if now < 0 then
@@ -29,10 +29,17 @@ end
 local extra = tonumber(ARGV[2])
 
 -- keep makes k live at least until expiry: its TTL only grows, since
--- another limit on the key may have a longer lease.
-local function keep(k, expiry)
+-- another limit on the key may have a longer lease. A fresh key has no
+-- TTL yet, which GT takes for an infinite one.
+local function keep(k, expiry, fresh)
   local ms = math.ceil((expiry - now) / 1000) + extra
-  if call('PTTL', k) < ms then call('PEXPIRE', k, ms) end
+  if fresh then
+    call('PEXPIRE', k, ms)
+  elseif GT then
+    call('PEXPIRE', k, ms, 'GT')
+  elseif call('PTTL', k) < ms then
+    call('PEXPIRE', k, ms)
+  end
 end
 
 local out = {}
@@ -51,7 +58,7 @@ for i = 1, #KEYS do
       if call('ZADD', k, 'NX', expiry, id) == 0 then
         out[o + 1], out[o + 2], out[o + 3] = 'FLOODGATE permit held already', held, 0
       else
-        keep(k, expiry)
+        keep(k, expiry, held == 0)
         out[o + 1], out[o + 2], out[o + 3] = 1, held + 1, expiry
       end
     else
@@ -66,7 +73,7 @@ for i = 1, #KEYS do
     if score then
       local expiry = math.max(tonumber(score), now + lease)
       call('ZADD', k, 'XX', expiry, id)
-      keep(k, expiry)
+      keep(k, expiry, false)
       out[o + 1], out[o + 2], out[o + 3] = 1, call('ZCARD', k), expiry
     else
       out[o + 1], out[o + 2], out[o + 3] = 0, call('ZCARD', k), 0

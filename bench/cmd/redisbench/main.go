@@ -125,6 +125,10 @@ func main() {
 		return
 	}
 	addr := procs.StartRedis(&stops, *port)
+	if *slotsFlag { // concurrency limits (slots.go)
+		slotsBench(addr, *duration, *runs, levels)
+		return
+	}
 	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
 	defer client.Close()
 	ctx := context.Background()
