@@ -158,4 +158,3 @@ func runPairs(p pairer, goroutines, keys int, dur time.Duration) (pairs, denied 
 	wg.Wait()
 	return np.Load(), nd.Load(), time.Since(start)
 }
-
