@@ -1,0 +1,165 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/internal/lib/headers"
+	"github.com/floodgate/floodgate/internal/lib/lograte"
+)
+
+// ErrPermitLost is the cause of a request's context when its
+// concurrency permit could not be extended (it expired, or was released
+// elsewhere): the handler should stop, as its slot may be someone else's.
+var ErrPermitLost = errors.New("httplimit: the request's concurrency permit was lost")
+
+// ConcurrencyOptions configures a ConcurrencyMiddleware. The zero value
+// (or nil) gives the defaults.
+type ConcurrencyOptions struct {
+	// Key returns a request's key. Default: ClientIP() with no trusted
+	// proxies.
+	Key KeyFunc
+	// Skip, when it returns true, lets a request through without a slot.
+	Skip func(r *http.Request) bool
+	// ExtendEvery is how often the permit of a request still running is
+	// extended for another lease, for long requests (streams, exports).
+	// Default: a third of the lease, so that two extends can fail before
+	// the permit expires. A negative value never extends: a request that
+	// runs longer than the lease then loses its slot when it expires.
+	ExtendEvery time.Duration
+	// Clock is what the extending waits on. Default:
+	// floodgate.SystemClock().
+	Clock floodgate.Clock
+	// FailClosed answers 503 with Retry-After: 1 when the store fails.
+	// Default: false, the request is served without a slot (fail open).
+	FailClosed bool
+	// Logger receives store failures, a line a second at most. Default:
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// ConcurrencyMiddleware bounds how many requests per key are in flight
+// at once, across every process that shares the Concurrency's store: it
+// acquires a slot before the handler runs and releases it when the
+// handler returns, extending it meanwhile. A request that finds the key's
+// slots full gets 429 Too Many Requests, with Retry-After (whole seconds,
+// rounded up) saying when a slot frees at the latest. It is safe for
+// concurrent use.
+type ConcurrencyMiddleware struct {
+	c    *floodgate.Concurrency
+	opts ConcurrencyOptions
+}
+
+// NewConcurrency returns a ConcurrencyMiddleware that holds one of c's
+// slots on the request's key while the handler runs.
+func NewConcurrency(c *floodgate.Concurrency, opts *ConcurrencyOptions) *ConcurrencyMiddleware {
+	m := &ConcurrencyMiddleware{c: c}
+	if opts != nil {
+		m.opts = *opts
+	}
+	if m.opts.Key == nil {
+		m.opts.Key = ClientIP()
+	}
+	if m.opts.ExtendEvery == 0 {
+		m.opts.ExtendEvery = c.Lease() / 3
+	}
+	if m.opts.Clock == nil {
+		m.opts.Clock = floodgate.SystemClock()
+	}
+	if m.opts.Logger == nil {
+		m.opts.Logger = slog.Default()
+	}
+	m.opts.Logger = slog.New(lograte.NewHandler(m.opts.Logger.Handler(), time.Second, nil))
+	return m
+}
+
+// Handler returns next wrapped by the middleware.
+func (m *ConcurrencyMiddleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.opts.Skip != nil && m.opts.Skip(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		key, err := m.opts.Key(r)
+		if err != nil {
+			writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
+			return
+		}
+		res, err := m.c.Acquire(r.Context(), key)
+		if err != nil {
+			m.failed(w, r, next, err)
+			return
+		}
+		if !res.Allowed {
+			s := headers.Seconds(res.RetryAfter)
+			w.Header().Set(HeaderRetryAfter, strconv.FormatInt(s, 10))
+			p := &problem{ViolatedPolicy: m.c.Name(), RetryAfter: &s,
+				Detail: fmt.Sprintf("%d of %d requests in flight for this key; retry in %d s", res.Held, res.Limit, s)}
+			writeProblem(w, http.StatusTooManyRequests, "Too Many Requests", "", p)
+			return
+		}
+		ctx, cancel := context.WithCancelCause(r.Context())
+		done := make(chan struct{})
+		if m.opts.ExtendEvery > 0 {
+			go m.extend(ctx, cancel, res.Permit, done)
+		} else {
+			close(done)
+		}
+		defer func() {
+			cancel(nil)
+			<-done
+			// The client may be gone; the slot must still come back.
+			if _, err := m.c.Release(context.WithoutCancel(r.Context()), res.Permit); err != nil {
+				m.opts.Logger.Error("httplimit: releasing a concurrency permit failed; it frees itself at its lease's end",
+					"key", key, "error", err.Error())
+			}
+		}()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// extend renews p every ExtendEvery until ctx ends; when p cannot be
+// renewed it cancels the request with ErrPermitLost. A store failure is
+// logged and tried again at the next tick, while the permit lives.
+func (m *ConcurrencyMiddleware) extend(ctx context.Context, cancel context.CancelCauseFunc, p floodgate.Permit, done chan<- struct{}) {
+	defer close(done)
+	for {
+		if m.opts.Clock.Sleep(ctx, m.opts.ExtendEvery) != nil || ctx.Err() != nil {
+			return
+		}
+		res, err := m.c.Extend(ctx, p)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			m.opts.Logger.Error("httplimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
+		case !res.Allowed:
+			cancel(ErrPermitLost)
+			return
+		default:
+			p = res.Permit
+		}
+	}
+}
+
+func (m *ConcurrencyMiddleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the request's context ended before the concurrency limit decision", nil)
+	case floodgate.IsInvalidInput(err):
+		writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
+	case m.opts.FailClosed:
+		m.opts.Logger.Error("httplimit: concurrency limit store failed; denying (fail closed)", "error", err.Error(), "path", r.URL.Path)
+		w.Header().Set(HeaderRetryAfter, "1")
+		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the concurrency limiter is unavailable", nil)
+	default:
+		m.opts.Logger.Error("httplimit: concurrency limit store failed; serving without a slot (fail open)", "error", err.Error(), "path", r.URL.Path)
+		next.ServeHTTP(w, r)
+	}
+}
