@@ -59,6 +59,8 @@ type Config struct {
 	// Domains are the envoyproxy/ratelimit domains, by name (see
 	// envoy.go).
 	Domains map[string]*Domain
+	// Concurrency are the concurrency rules (concurrency.go).
+	Concurrency []Slots
 }
 
 // Rule returns the rule called name.
@@ -153,6 +155,13 @@ func LoadWith(path string, o LoadOptions) (*Config, error) {
 			}
 			all.byName[r.Name] = len(all.Rules)
 			all.Rules = append(all.Rules, r)
+		}
+		for _, sl := range c.Concurrency {
+			if _, dup := all.ConcurrencyRule(sl.Name); dup {
+				errs = append(errs, &Error{File: f, Field: "concurrency", Msg: fmt.Sprintf("concurrency rule %q is defined in another file of %s too", sl.Name, path)})
+				continue
+			}
+			all.Concurrency = append(all.Concurrency, sl)
 		}
 		for _, d := range c.Domains {
 			if err := all.addDomain(d, o.MergeDomains); err != nil {
@@ -264,17 +273,20 @@ func Parse(file string, data []byte) (*Config, error) {
 		p.errorf(root, "", "the file must be a mapping with a rules list")
 		return nil, p.errs
 	}
-	var rules *yaml.Node
+	var rules, slots *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
 		case "rules":
 			rules = v
+		case "concurrency":
+			slots = v
 		default:
-			p.errorf(k, k.Value, "unknown top-level field (known: rules; or domain and descriptors for an envoyproxy/ratelimit file)")
+			p.errorf(k, k.Value, "unknown top-level field (known: rules, concurrency; or domain and descriptors for an envoyproxy/ratelimit file)")
 		}
 	}
 	switch {
+	case rules == nil && slots != nil:
 	case rules == nil:
 		p.errorf(root, "rules", "missing")
 	case rules.Kind != yaml.SequenceNode:
@@ -294,6 +306,9 @@ func Parse(file string, data []byte) (*Config, error) {
 				c.Rules = append(c.Rules, r)
 			}
 		}
+	}
+	if slots != nil {
+		p.concurrency(c, slots)
 	}
 	if len(p.errs) > 0 {
 		return nil, p.errs
