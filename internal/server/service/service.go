@@ -68,6 +68,7 @@ type Service struct {
 	// (floodgate.ErrKey), by rule and kind; keyLog limits their log lines.
 	keyErrors *metrics.CounterVec
 	keyLog    *lograte.Limiter
+	slotOps   *metrics.CounterVec // concurrency rules' operations (concurrency.go)
 
 	load       config.LoadOptions // how Reload reads the rules
 	prepareExt func(*config.Config) (any, error)
@@ -82,6 +83,8 @@ type ruleset struct {
 	rules map[string]*rule
 	// prepared is what Options.Prepare made of cfg (Envoy's domains).
 	prepared any
+	// slots are the concurrency rules, by name (concurrency.go).
+	slots map[string]*slotRule
 }
 
 // rule is a configured rule, its Limiter, and the prefix of its keys in
@@ -100,6 +103,9 @@ func (s *Service) prepare(cfg *config.Config) (*ruleset, error) {
 			return nil, fmt.Errorf("rule %q: %w", r.Name, err)
 		}
 		rs.rules[r.Name] = &rule{Rule: r, lim: lim, prefix: ruleKey(r.Name, "")}
+	}
+	if err := s.prepareSlots(cfg, rs); err != nil {
+		return nil, err
 	}
 	if s.prepareExt != nil {
 		p, err := s.prepareExt(cfg)
@@ -208,6 +214,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 	s.reloads = m.NewCounterVec("floodgate_config_reloads_total", "Rule file reloads by result (success, failure).", "result")
 	s.keyErrors = m.NewCounterVec("floodgate_key_errors_total", "Calls that failed on their key alone while Redis works, by rule (envoy for Envoy's, CL.THROTTLE) and kind (wrong_type, corrupt, noperm): the key holds data that is not floodgate's, or an ACL refuses it.", "rule", "kind")
 	s.keyLog = lograte.New(time.Second, o.Now)
+	s.initSlots(m)
 	m.NewGaugeFunc("floodgate_config_last_reload_success_timestamp_seconds", "When the rules in use were loaded.", func() float64 { return float64(s.lastOK.Load()) })
 	m.NewGaugeFunc("floodgate_rules", "Rules in the current configuration.", func() float64 { return float64(len(s.Config().Rules)) })
 	m.NewGaugeFunc("floodgate_fallback_degraded", "1 while the Redis store is failing and decisions follow the fallback policy, else 0.", func() float64 {
