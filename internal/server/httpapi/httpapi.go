@@ -122,6 +122,10 @@ func Handler(svc *service.Service, opts *Options) http.Handler {
 	handle("GET", "/v1/rules", a.auth(a.rules))
 	handle("GET", "/v1/inspect", a.auth(a.inspect))
 	handle("GET", "/v1/explain", a.auth(a.explain))
+	// Concurrency rules (slots.go).
+	handle("POST", "/v1/acquire", a.auth(a.slot("acquire")))
+	handle("POST", "/v1/release", a.auth(a.slot("release")))
+	handle("POST", "/v1/extend", a.auth(a.slot("extend")))
 	if o.Envoy != nil {
 		handle("POST", "/json", a.auth(o.Envoy.ServeHTTP))
 	}
