@@ -96,6 +96,8 @@ func (c *conn) dispatch(args []string) bool {
 		c.override(ctx, args)
 	case "FG.EXPLAIN":
 		c.explain(ctx, args)
+	case "FG.ACQUIRE", "FG.RELEASE", "FG.EXTEND": // concurrency rules (slots.go)
+		c.slot(ctx, cmd, args)
 	case "FG.RULES":
 		rules := c.s.svc.Config().Rules
 		c.writeArrayHeader(len(rules))
@@ -112,7 +114,7 @@ func (c *conn) dispatch(args []string) bool {
 	return true
 }
 
-var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.override", "fg.explain", "fg.rules", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
+var commandNames = []string{"cl.throttle", "fg.check", "fg.settle", "fg.reset", "fg.override", "fg.explain", "fg.rules", "fg.acquire", "fg.release", "fg.extend", "ping", "echo", "hello", "auth", "quit", "select", "command", "client"}
 
 func (c *conn) client(args []string) {
 	if len(args) < 2 {
