@@ -70,7 +70,7 @@ func TestCommands(t *testing.T) {
 		{"tok", "PING\r\nAUTH nope\r\nAUTH tok\r\nPING\r\n", "-NOAUTH Authentication required.\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n+OK\r\n+PONG\r\n"},
 		{"tok", "HELLO 3 AUTH default tok\r\n", "%7\r\n"},
 		{"", "AUTH x\r\n", "-ERR AUTH called without any password configured"},
-		{"", "COMMAND COUNT\r\nCOMMAND DOCS\r\nCLIENT SETINFO lib-name x\r\n", ":15\r\n*0\r\n+OK\r\n"},
+		{"", "COMMAND COUNT\r\nCOMMAND DOCS\r\nCLIENT SETINFO lib-name x\r\n", ":18\r\n*0\r\n+OK\r\n"},
 		// A check charged 15, the request cost 5: 10 come back (the
 		// example rule: burst 20).
 		{"", "FG.CHECK example k 15\r\nFG.SETTLE example k 15 5\r\n", "*5\r\n:0\r\n:20\r\n:5\r\n:-1\r\n"},
