@@ -49,3 +49,34 @@ concurrency:
 		}
 	}
 }
+
+func TestEnvoyConcurrencyDescriptors(t *testing.T) {
+	c, err := Parse("api.yaml", []byte("domain: api\ndescriptors:\n  - key: api_key\n    concurrency: {slots: 5, lease: 60s}\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["api"]
+	if !d.HasConcurrency {
+		t.Fatal("HasConcurrency is false")
+	}
+	if n := d.LookupSlots([]Entry{{"api_key", "k"}}); n == nil || n.Concurrency.Slots != 5 || n.Concurrency.Lease != time.Minute {
+		t.Fatalf("LookupSlots: %+v", n)
+	}
+	if n := d.LookupSlots([]Entry{{"path", "/"}}); n != nil {
+		t.Fatalf("a rate descriptor is a concurrency one: %+v", n)
+	}
+	if m := d.Lookup([]Entry{{"api_key", "k"}}); m.Limit != nil {
+		t.Fatalf("a concurrency descriptor has a rate limit: %+v", m)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"  - key: a\n    concurrency: {slots: 0, lease: 1s}\n", "descriptors[0].concurrency.slots: must be from 1"},
+		{"  - key: a\n    concurrency: {slots: 1}\n", "descriptors[0].concurrency.lease: missing"},
+		{"  - key: a\n    concurrency: {slots: 1, lease: 1s, burst: 2}\n", "descriptors[0].concurrency.burst: unknown field"},
+		{"  - key: a\n    concurrency: {slots: 1, lease: 1s}\n    rate_limit: {unit: hour, requests_per_unit: 1}\n", "not both"},
+	} {
+		_, err := Parse("api.yaml", []byte("domain: api\ndescriptors:\n"+tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

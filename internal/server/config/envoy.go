@@ -75,6 +75,9 @@ type Domain struct {
 	File string
 	Line int
 	Root Descriptor // its Children are the top-level descriptors
+	// HasConcurrency says a descriptor of the domain is a concurrency
+	// limit (envoyslots.go).
+	HasConcurrency bool
 }
 
 // Descriptor is one node of a domain's tree.
@@ -93,6 +96,9 @@ type Descriptor struct {
 	DetailedMetric bool
 	ValueToMetric  bool
 	ShareThreshold bool
+	// Concurrency, floodgate's extension, makes the descriptor a
+	// concurrency limit (envoyslots.go); nil for a rate limit.
+	Concurrency *Slots
 }
 
 // Wildcard is a child whose name ("key_value") holds a *, which matches
@@ -149,7 +155,7 @@ type EnvoyLimit struct {
 
 var (
 	envoyRootFields       = []string{"domain", "descriptors"}
-	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
+	envoyDescriptorFields = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata", "concurrency"}
 	envoyLimitFields      = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "burst", "unit_multiplier"}
 )
 
@@ -180,6 +186,7 @@ func (p *parser) envoyDomain(root *yaml.Node) *Domain {
 	if ds := f["descriptors"]; ds != nil {
 		p.descriptors(&d.Root, ds, "descriptors")
 	}
+	d.HasConcurrency = hasSlots(&d.Root)
 	return d
 }
 
@@ -233,6 +240,12 @@ func (p *parser) descriptors(parent *Descriptor, list *yaml.Node, path string) {
 		}
 		if rl := f["rate_limit"]; rl != nil {
 			d.Limit = p.envoyLimit(rl, dp+".rate_limit")
+		}
+		if c := f["concurrency"]; c != nil { // floodgate's extension (envoyslots.go)
+			if f["rate_limit"] != nil {
+				p.errorf(c, dp+".concurrency", "a descriptor is a rate limit or a concurrency limit, not both")
+			}
+			d.Concurrency = p.envoySlots(c, dp+".concurrency")
 		}
 		if ds := f["descriptors"]; ds != nil {
 			p.descriptors(d, ds, dp+".descriptors")
@@ -574,5 +587,6 @@ func (dom *Domain) merge(d *Domain) error {
 		dom.Root.Children[name] = child
 	}
 	dom.Root.Wildcards = append(dom.Root.Wildcards, d.Root.Wildcards...)
+	dom.HasConcurrency = dom.HasConcurrency || d.HasConcurrency
 	return nil
 }

@@ -99,6 +99,8 @@ type Service struct {
 	// of them.
 	checks slicepool.Pool[envoyCheck]
 	sopts  *service.Options // the service's options, for its Limiters' (tracing)
+	// slots are the concurrency descriptors' policies (slots.go).
+	slots slotPolicies
 }
 
 // New returns the service.Service over store with the rules cfg and
@@ -186,6 +188,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	if n := len(req.Descriptors); n > MaxDescriptors {
 		return nil, fmt.Errorf("%w: rate limit descriptor list holds %d descriptors, more than the maximum %d", service.ErrBadRequest, n, MaxDescriptors)
+	}
+	if resp, done, err := s.slotsFirst(ctx, req); done { // concurrency descriptors (slots.go)
+		return resp, err
 	}
 	doms, _ := s.svc.Prepared().(domains)
 	dom := doms[req.Domain]
