@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/storetest"
 )
 
 // PrepareSlots makes the flaky store keep concurrency limits, failing as
@@ -100,4 +101,33 @@ func TestSlotsFallback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzSlots holds the fallback store's concurrency limits, over a healthy
+// primary, to storetest's reference model, as the memory and Redis
+// stores' FuzzSlots do.
+func FuzzSlots(f *testing.F) {
+	f.Add([]byte{2, 10, 0, 0, 8, 0, 0, 8, 0, 0, 8, 1, 0, 8, 2, 0, 20, 1, 1, 8})
+	f.Add([]byte{4, 49, 0, 0, 8, 4, 0, 8, 8, 0, 8, 2, 1, 12, 0, 0, 22, 1, 2, 8, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		err := storetest.CheckSlotSequence(func(clock floodgate.Clock) floodgate.Store {
+			primary := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
+			return &closing{Store: fallback.New(primary, &fallback.Options{Clock: clock, Budget: -1}), also: primary}
+		}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// closing is a store that closes another store after itself.
+type closing struct {
+	*fallback.Store
+	also floodgate.Store
+}
+
+func (c *closing) Close() error {
+	err := c.Store.Close()
+	c.also.Close()
+	return err
 }
