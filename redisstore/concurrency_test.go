@@ -35,46 +35,47 @@ func slotsOn(t *testing.T, client redis.UniversalClient, n int64, lease time.Dur
 // sorted set of the permits, scored by their expiry, which expires with
 // its latest permit, and is gone when the last is released.
 func TestSlotsOnRedisTime(t *testing.T) {
-	client := redistest.Start(t).Client(t)
+	srv := redistest.Start(t)
+	client, admin := srv.Client(t), srv.Admin(t) // admin looks, under the ACL pass too
 	_, c := slotsOn(t, client, 2, 3*time.Second, &redisstore.Options{Prefix: "s:"})
 	ctx := context.Background()
 	r, err := c.Acquire(ctx, "user:1")
 	if err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
-	members, err := client.ZRangeWithScores(ctx, "s:{user:1}:c", 0, -1).Result()
+	members, err := admin.ZRangeWithScores(ctx, "s:{user:1}:c", 0, -1).Result()
 	if err != nil || len(members) != 1 || members[0].Member != r.Permit.ID || int64(members[0].Score) != r.Permit.Expires.UnixMicro() {
 		t.Fatalf("the key holds %+v (%v), want the permit %+v", members, err, r.Permit)
 	}
-	ttl := client.PTTL(ctx, "s:{user:1}:c").Val()
+	ttl := admin.PTTL(ctx, "s:{user:1}:c").Val()
 	if ttl <= 2*time.Second || ttl > 3*time.Second+time.Millisecond {
 		t.Errorf("TTL %s, want the lease", ttl)
 	}
-	srvNow, _ := client.Time(ctx).Result()
+	srvNow, _ := admin.Time(ctx).Result()
 	if d := r.Permit.Expires.Sub(srvNow); d <= 2*time.Second || d > 3*time.Second {
 		t.Errorf("the permit expires %s after Redis's now, want the lease", d)
 	}
 	if rel, err := c.Release(ctx, r.Permit); err != nil || !rel.Allowed || rel.Held != 0 {
 		t.Fatal(rel, err)
 	}
-	if n := client.Exists(ctx, "s:{user:1}:c").Val(); n != 0 {
+	if n := admin.Exists(ctx, "s:{user:1}:c").Val(); n != 0 {
 		t.Error("the key of no permits is kept")
 	}
 	// A key with braces goes under a hash tag, as the rate limits' do.
 	if r, err := c.Acquire(ctx, "a{b}"); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
-	if keys := client.Keys(ctx, "s:{*}a{b}:c").Val(); len(keys) != 1 {
+	if keys := admin.Keys(ctx, "s:{*}a{b}:c").Val(); len(keys) != 1 {
 		t.Errorf("keys %v", keys)
 	}
 }
 
 // A key that holds something else fails that key alone, with ErrKey.
 func TestSlotsWrongType(t *testing.T) {
-	client := redistest.Start(t).Client(t)
-	_, c := slotsOn(t, client, 2, time.Second, &redisstore.Options{Prefix: "w:"})
+	srv := redistest.Start(t)
+	_, c := slotsOn(t, srv.Client(t), 2, time.Second, &redisstore.Options{Prefix: "w:"})
 	ctx := context.Background()
-	client.Set(ctx, "w:{bad}:c", "x", 0)
+	srv.Admin(t).Set(ctx, "w:{bad}:c", "x", 0)
 	if _, err := c.Acquire(ctx, "bad"); !errors.Is(err, floodgate.ErrKey) {
 		t.Fatalf("acquire on a string: %v, want ErrKey", err)
 	}

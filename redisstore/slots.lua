@@ -30,14 +30,15 @@ local extra = tonumber(ARGV[2])
 
 -- keep makes k live at least until expiry: its TTL only grows, since
 -- another limit on the key may have a longer lease. A fresh key has no
--- TTL yet, which GT takes for an infinite one.
+-- TTL yet, which GT takes for an infinite one. Before Redis 7 the TTL is
+-- set when expiry is the key's latest (floodgate's ACL has no PTTL).
 local function keep(k, expiry, fresh)
   local ms = math.ceil((expiry - now) / 1000) + extra
   if fresh then
     call('PEXPIRE', k, ms)
   elseif GT then
     call('PEXPIRE', k, ms, 'GT')
-  elseif call('PTTL', k) < ms then
+  elseif tonumber(call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) <= expiry then
     call('PEXPIRE', k, ms)
   end
 end
@@ -69,7 +70,9 @@ for i = 1, #KEYS do
     local done = call('ZREM', k, id)
     out[o + 1], out[o + 2], out[o + 3] = done, call('ZCARD', k), 0
   else -- EXTEND
-    local score = call('ZSCORE', k, id)
+    -- ZADD XX INCR 0 is ZSCORE within floodgate's ACL: the score, or
+    -- nil for a member that is not there, changing nothing.
+    local score = call('ZADD', k, 'XX', 'INCR', 0, id)
     if score then
       local expiry = math.max(tonumber(score), now + lease)
       call('ZADD', k, 'XX', expiry, id)
