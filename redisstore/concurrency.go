@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/floodgate/floodgate/core"
 	"github.com/redis/go-redis/v9"
@@ -65,6 +66,7 @@ const slotKeySuffix = "c"
 
 // slotCall is one operation, queued or sent.
 type slotCall struct {
+	ctx  context.Context // the caller's
 	rkey string
 	slot int
 	op   core.SlotOp
@@ -134,7 +136,7 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 	if err := ctx.Err(); err != nil {
 		return core.SlotVerdict{}, 0, err
 	}
-	c := &slotCall{rkey: s.slotKey(key), op: op, spec: p.spec, wake: make(chan bool, 1)}
+	c := &slotCall{ctx: ctx, rkey: s.slotKey(key), op: op, spec: p.spec, wake: make(chan bool, 1)}
 	if s.cluster {
 		c.slot = slotOf(c.rkey)
 	}
@@ -158,7 +160,7 @@ func (s *Store) slotDo(ctx context.Context, c *slotCall) error {
 	if b.inflight < slotInflight || s.batch == nil {
 		b.inflight++
 		b.mu.Unlock()
-		s.slotLead(ctx, []*slotCall{c})
+		s.slotLead([]*slotCall{c})
 		return nil
 	}
 	b.queue = append(b.queue, c)
@@ -180,15 +182,15 @@ func (s *Store) slotDo(ctx context.Context, c *slotCall) error {
 		lead = <-c.wake
 	}
 	if lead {
-		s.slotLead(ctx, c.batch)
+		s.slotLead(c.batch)
 	}
 	return nil
 }
 
 // slotLead sends batch (whose first call is the caller's own), wakes its
 // other callers, and hands the queue to the first caller queued.
-func (s *Store) slotLead(ctx context.Context, batch []*slotCall) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
+func (s *Store) slotLead(batch []*slotCall) {
+	sctx, cancel := slotCallersContext(batch, batchTimeout)
 	s.sendSlots(sctx, batch)
 	cancel()
 	for _, c := range batch[1:] {
@@ -208,6 +210,45 @@ func (s *Store) slotLead(ctx context.Context, batch []*slotCall) {
 	b.mu.Unlock()
 	next[0].batch = next
 	next[0].wake <- true
+}
+
+// slotCallersContext returns a context that ends after timeout, or as
+// soon as every caller of calls has stopped waiting (as callersContext
+// does for decisions): a lone caller's call is bounded by its own
+// context, and a batch goes on while anyone waits for it.
+func slotCallersContext(calls []*slotCall, timeout time.Duration) (context.Context, context.CancelFunc) {
+	// go-redis bounds a read by the context's deadline, not by its
+	// cancellation: the deadline is the latest of the callers', when
+	// each has one.
+	deadline := time.Now().Add(timeout)
+	latest, all := time.Time{}, true
+	for _, c := range calls {
+		d, ok := c.ctx.Deadline()
+		all = all && ok
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if all && latest.Before(deadline) {
+		deadline = latest
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	var left atomic.Int64
+	left.Store(int64(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 }
 
 func (s *Store) slotMaxBatch() int {
