@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -29,13 +30,36 @@ import (
 // max(1, N/Instances) at most across Instances processes, which is about
 // 2N; the local ones are gone at most a lease after Redis is back unless
 // their holders extend them.
+//
+// An acquire that fails on the primary (a timeout on a hung server) may
+// have been granted there all the same, when the server ran it after the
+// caller gave up. Its permit id is kept (up to maxOrphans) and released
+// on the primary by the next calls once it answers again, so that such
+// slots do not stay taken for a lease.
 
 type slotPolicy struct {
 	s       *Store
 	primary core.SlotPolicy
 	local   core.SlotPolicy // nil unless the mode is Local
 	spec    core.SlotSpec
+	// orphans are the permits of acquires that failed on the primary (a
+	// timeout, a hung server): the primary may have granted them all the
+	// same, when it ran the call after the caller gave up. They are
+	// released on the primary once it answers again, so that they do not
+	// hold slots for a lease.
+	orphanMu sync.Mutex
+	orphans  []orphan
 }
+
+type orphan struct{ key, id string }
+
+// maxOrphans bounds the permits kept for release after an outage; beyond
+// it the oldest are forgotten, and free themselves at their lease's end.
+const maxOrphans = 10000
+
+// orphansPerCall is how many orphans one call releases, on its way, once
+// the primary answers again.
+const orphansPerCall = 16
 
 // PrepareSlots implements core.SlotStore: the primary's slots, and the
 // local store's share of them in Local mode. Its errors wrap
@@ -96,7 +120,11 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 	}
 	b := s.breaker(key)
 	if !b.degraded.Load() {
+		p.releaseOrphans(ctx, b)
 		v, err := p.call(ctx, b, key, op)
+		if err != nil && op.Kind == core.Acquire && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+			p.orphan(key, op.ID)
+		}
 		switch {
 		case err == nil:
 			return v, core.SourceStore, nil
@@ -126,6 +154,36 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 	}
 	v, _, err := p.local.Slot(ctx, key, op)
 	return v, core.SourceLocal, err
+}
+
+// orphan remembers the permit of an acquire that failed on the primary.
+func (p *slotPolicy) orphan(key, id string) {
+	p.orphanMu.Lock()
+	if len(p.orphans) >= maxOrphans {
+		p.orphans = append(p.orphans[:0], p.orphans[1:]...)
+	}
+	p.orphans = append(p.orphans, orphan{key, id})
+	p.orphanMu.Unlock()
+}
+
+// releaseOrphans releases up to orphansPerCall orphans on the primary,
+// within the budget each; those that fail wait for a later call.
+func (p *slotPolicy) releaseOrphans(ctx context.Context, b *breaker) {
+	p.orphanMu.Lock()
+	n := min(len(p.orphans), orphansPerCall)
+	batch := append([]orphan(nil), p.orphans[:n]...)
+	p.orphans = append(p.orphans[:0], p.orphans[n:]...)
+	p.orphanMu.Unlock()
+	for i, o := range batch {
+		// The caller's own context may end; the orphan's slot must come back.
+		_, err := p.call(context.WithoutCancel(ctx), b, o.key, core.SlotOp{Kind: core.Release, ID: o.id})
+		if err != nil && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+			p.orphanMu.Lock()
+			p.orphans = append(p.orphans, batch[i:]...)
+			p.orphanMu.Unlock()
+			return
+		}
+	}
 }
 
 func (p *slotPolicy) source() core.Source {
