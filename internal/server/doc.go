@@ -9,6 +9,9 @@
 //	metrics  counters and histograms in the Prometheus text format
 //	dash     the live dashboard at /ui/
 //	tlsconf  TLS and mutual TLS from reloadable certificate files
+//	statsd   envoyproxy/ratelimit's statistics over StatsD
+//	xds      Envoy's domains from an xDS management server
+//	tracing  OpenTelemetry server spans from the caller's traceparent
 //
 // Each surface (httpapi, resp, envoy) is a layer over service.
 package server

@@ -6,5 +6,6 @@
 //	envoytest  Envoy rate limit requests, built from their entries
 //	tlstest    a CA, server and client certificates as PEM files
 //	nettest    helpers for tests of network servers
+//	syncbuf    a locked buffer for a process's output
 //	xdstest    go-control-plane's xDS management server, for the xDS client
 package testkit
