@@ -62,6 +62,11 @@ for i = 1, #KEYS do
         keep(k, expiry, held == 0)
         out[o + 1], out[o + 2], out[o + 3] = 1, held + 1, expiry
       end
+    elseif call('ZADD', k, 'XX', 'INCR', 0, id) then
+      -- A full key that holds the id already: an error, as Step's
+      -- duplicate acquire is whether or not the key has room (ZADD XX
+      -- INCR 0 is ZSCORE within floodgate's ACL).
+      out[o + 1], out[o + 2], out[o + 3] = 'FLOODGATE permit held already', held, 0
     else
       local first = call('ZRANGE', k, 0, 0, 'WITHSCORES')
       out[o + 1], out[o + 2], out[o + 3] = 0, held, tonumber(first[2]) - now

@@ -223,6 +223,20 @@ func runSlotErrors(t *testing.T, newStore NewStore) {
 	if _, err := c.Acquire(ctx, ""); !errors.Is(err, floodgate.ErrInvalidKey) {
 		t.Errorf("acquire on an empty key: %v", err)
 	}
+	// An acquire naming a permit that is held already is an error
+	// (core.SlotSpec.Step), on a full key as on one with room: a store
+	// that checked the room first would deny it on a full key instead.
+	spec, err := core.NewSlots(1, sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := st.(core.SlotStore).PrepareSlots(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := pol.Slot(ctx, p.Key, core.SlotOp{Kind: core.Acquire, ID: p.ID}); !errors.Is(err, floodgate.ErrInvalidPermit) {
+		t.Errorf("acquire of the held permit on a full key: %+v %v, want ErrInvalidPermit", v, err)
+	}
 	// Nothing above changed the key: the permit is still held, once.
 	if r, err := c.Release(ctx, p); err != nil || !r.Allowed || r.Held != 0 {
 		t.Errorf("release after the bad calls: %+v %v", r, err)
