@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/floodgate/floodgate"
@@ -77,6 +78,11 @@ func (p *parser) concurrency(c *Config, n *yaml.Node) {
 				for j, r := range rs.Content {
 					if _, ok := c.Rule(r.Value); !ok || r.Kind != yaml.ScalarNode {
 						p.errorf(r, fmt.Sprintf("%s.rules[%d]", path, j), "%q is not a rule of this file", r.Value)
+						continue
+					}
+					if slices.Contains(s.Rules, r.Value) {
+						// Each acquire would charge it twice.
+						p.errorf(r, fmt.Sprintf("%s.rules[%d]", path, j), "%q is listed twice", r.Value)
 						continue
 					}
 					s.Rules = append(s.Rules, r.Value)

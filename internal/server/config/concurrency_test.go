@@ -39,6 +39,8 @@ concurrency:
 		{"concurrency: [{name: x, slots: 1}]", "concurrency[0].lease: missing"},
 		{"concurrency: [{slots: 1, lease: 1s}]", "concurrency[0].name: missing"},
 		{"concurrency: [{name: x, slots: 1, lease: 1s, rules: [nope]}]", `"nope" is not a rule of this file`},
+		// A rule twice would be charged twice by each acquire.
+		{"rules: [{name: api, algorithm: token-bucket, rate: 10, period: 1s, burst: 10}]\nconcurrency: [{name: x, slots: 1, lease: 1s, rules: [api, api]}]", `concurrency[0].rules[1]: "api" is listed twice`},
 		{"concurrency: [{name: x, slots: 1, lease: 1s}, {name: x, slots: 1, lease: 1s}]", "names another concurrency rule"},
 		{"concurrency: [{name: x, slots: 1, lease: 1s, burst: 3}]", "concurrency[0].burst: unknown field"},
 		{"concurrency: []", "must be a list of 1 to"},
