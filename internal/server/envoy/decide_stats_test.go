@@ -3,11 +3,14 @@ package envoy
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/internal/server/metrics"
+	"github.com/floodgate/floodgate/internal/server/statsd"
 )
 
 // TestEnvoyStatsBounded: descriptor names made of request values (a
@@ -43,5 +46,39 @@ func TestEnvoyStatsBounded(t *testing.T) {
 	want := fmt.Sprintf(`ratelimit_service_rate_limit_total_hits{domain="",key1="overflow",key2=""} %d`, extra+1)
 	if series != maxEnvoyStats+1 || !strings.Contains(out.String(), want) {
 		t.Errorf("%d series, want %d with %s", series, maxEnvoyStats+1, want)
+	}
+}
+
+// TestEnvoyStatsDBounded: past the StatsD sink's own bound on names
+// (fewer than maxEnvoyStats descriptors' five counters), a descriptor's
+// hits go to StatsD's overflow counters. Its counters were nil until then,
+// whose Add does nothing: hits of every descriptor past about 4,000 names
+// reached StatsD under no name at all.
+func TestEnvoyStatsDBounded(t *testing.T) {
+	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sink, err := statsd.New(statsd.Options{Addr: l.LocalAddr().String(), FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	m := newEnvoyMetrics(&metrics.Registry{}, sink)
+	for i := range maxEnvoyStats {
+		m.Add(1, totalHits, fmt.Sprintf("edge.remote_address_10.%d.%d.%d", i>>16, i>>8&255, i&255))
+	}
+	nils := 0
+	m.names.Range(func(_, v any) bool {
+		for _, c := range v.(*envoyStat).sd {
+			if c == nil {
+				nils++
+			}
+		}
+		return true
+	})
+	if nils > 0 {
+		t.Errorf("%d StatsD counters of kept descriptors are nil: their hits are lost", nils)
 	}
 }

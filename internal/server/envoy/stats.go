@@ -101,6 +101,12 @@ func (m *envoyMetrics) statsdCounters(st *envoyStat, clean string) {
 	}
 	for kind, name := range envoyStatNames {
 		st.sd[kind] = m.sink.Counter(StatsDPrefix + clean + "." + name)
+		if st.sd[kind] == nil && st != &m.overflow {
+			// The sink keeps fewer names than maxEnvoyStats descriptors
+			// have counters: past its bound the hits count as overflow,
+			// not under no name at all.
+			st.sd[kind] = m.overflow.sd[kind]
+		}
 	}
 }
 
