@@ -52,7 +52,7 @@ func TestEnvoyStatsBounded(t *testing.T) {
 // TestEnvoyStatsDBounded: past the StatsD sink's own bound on names
 // (fewer than maxEnvoyStats descriptors' five counters), a descriptor's
 // hits go to StatsD's overflow counters. Its counters were nil until then,
-// whose Add does nothing: hits of every descriptor past about 4,000 names
+// whose Add does nothing: hits of every descriptor past the sink's bound
 // reached StatsD under no name at all.
 func TestEnvoyStatsDBounded(t *testing.T) {
 	l, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
