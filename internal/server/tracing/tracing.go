@@ -44,7 +44,7 @@ func HTTP(tp trace.TracerProvider, h http.Handler) http.Handler {
 			return
 		}
 		ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := tracer.Start(ctx, spanMethod(r.Method)+" "+route, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(sw, r.WithContext(ctx))
@@ -79,13 +79,32 @@ func httpRoute(path string) (string, bool) {
 		return "/v1/overrides/{rule}", true
 	case path == "/v1/dashboard":
 		return "", false // the dashboard's polling
-	case strings.HasPrefix(path, "/v1/"):
-		if strings.Count(path, "/") > 3 {
-			return "/v1/", true // an unknown path: not its text, which any client can vary
-		}
+	case apiRoutes[path]:
 		return path, true
+	case strings.HasPrefix(path, "/v1/"):
+		return "/v1/", true // an unknown path: not its text, which any client can vary
 	}
 	return "", false
+}
+
+// apiRoutes are the API's paths (package httpapi's) that name their
+// spans; any other path under /v1/ is "/v1/".
+var apiRoutes = map[string]bool{
+	"/v1/check": true, "/v1/check/batch": true, "/v1/reset": true, "/v1/settle": true,
+	"/v1/rules": true, "/v1/inspect": true, "/v1/explain": true, "/v1/explain/envoy": true,
+	"/v1/acquire": true, "/v1/release": true, "/v1/extend": true, "/v1/auth": true, "/v1/overrides": true,
+}
+
+// spanMethod is a request's method as its span's name has it: the
+// method, or "HTTP" for one that is not HTTP's (as OpenTelemetry's
+// conventions name them), since any client can send any token.
+func spanMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "HTTP"
 }
 
 func httpStatus(code int) string {

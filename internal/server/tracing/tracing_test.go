@@ -57,6 +57,13 @@ func TestHTTP(t *testing.T) {
 		{"POST", "/json", "", 503, "POST /json", false},
 		{"POST", "/v1/check", "00-" + traceID + "-" + parentID + "-00", 200, "", false}, // the caller did not sample it
 		{"GET", "/v1/no/such/long/path", "", 404, "GET /v1/", false},
+		// Unknown paths and methods are any client's to vary: none names
+		// a span, whose names must be few.
+		{"GET", "/v1/x7f3a9", "", 404, "GET /v1/", false},
+		{"GET", "/v1/no/such", "", 404, "GET /v1/", false},
+		{"BREW", "/v1/check", "", 405, "HTTP /v1/check", false},
+		{"POST", "/v1/check/batch", "", 200, "POST /v1/check/batch", false},
+		{"POST", "/v1/explain/envoy", "", 200, "POST /v1/explain/envoy", false},
 		{"GET", "/metrics", "00-" + traceID + "-" + parentID + "-01", 200, "", false},
 		{"GET", "/healthz", "", 200, "", false},
 		{"GET", "/v1/dashboard", "", 200, "", false},
