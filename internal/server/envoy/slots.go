@@ -138,9 +138,11 @@ func (s *Service) slotsFirst(ctx context.Context, req *rlsv3.RateLimitRequest) (
 			}
 			c.v, _, err = c.policy.Slot(ctx, c.key, core.SlotOp{Kind: core.Acquire, ID: id})
 			if errors.Is(err, core.ErrInvalidPermit) {
-				// The request's permit is held already (Envoy asked twice
-				// for one request): it holds its slot.
-				c.v, err = core.SlotVerdict{OK: true}, nil
+				// The permit is held already. Envoy names a request by its
+				// x-request-id, which a client may choose: taken as held,
+				// one id reused would hold any number of requests in
+				// flight on one slot, so it is a denial.
+				c.v, err = core.SlotVerdict{}, nil
 			}
 			if err != nil {
 				s.undoSlots(acquired)

@@ -83,6 +83,9 @@ func TestEnvoyConcurrency(t *testing.T) {
 		{"first stream", func() rlsv3.RateLimitResponse_Code { return start("req-1") }, ok},
 		{"second stream", func() rlsv3.RateLimitResponse_Code { return start("req-2") }, ok},
 		{"third stream, full", func() rlsv3.RateLimitResponse_Code { return start("req-3") }, over},
+		// A request id in use already (a client that chose x-request-id)
+		// holds no second slot, whether or not the key is full.
+		{"second stream's id again, full", func() rlsv3.RateLimitResponse_Code { return start("req-2") }, over},
 		{"first done, third again", func() rlsv3.RateLimitResponse_Code { done("req-1"); return start("req-3") }, ok},
 		{"first done twice changes nothing", func() rlsv3.RateLimitResponse_Code { done("req-1"); return start("req-4") }, over},
 		{"another key", func() rlsv3.RateLimitResponse_Code {
@@ -92,6 +95,13 @@ func TestEnvoyConcurrency(t *testing.T) {
 			}
 			return resp.OverallCode
 		}, ok},
+		{"third stream's id again, room", func() rlsv3.RateLimitResponse_Code {
+			resp, err := c.ShouldRateLimit(ctx, envoytest.Request("api", envoytest.Descriptor("api_key", "k2", "floodgate_permit", "x")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.OverallCode
+		}, over},
 		{"2 and 3 done", func() rlsv3.RateLimitResponse_Code { done("req-2"); done("req-3"); return start("req-5") }, ok},
 		// A rate descriptor over its limit gives the slot back.
 		{"with a rate limit", func() rlsv3.RateLimitResponse_Code { return start("req-6", "path", "/x") }, ok},
