@@ -43,7 +43,7 @@ func TestRedisTLS(t *testing.T) {
 		{"wrong server name", append([]string{"--redis", url, "--redis-tls-ca", f.CA, "--redis-tls-server-name", "redis.example"}, cert...), `does not name \"redis.example\"`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := serve(t, append(tc.args, "--budget", "200ms")...)
+			in := serve(t, append(tc.args, "--budget", "2s")...)
 			code, body := in.get(t, "/readyz")
 			if tc.cause == "" {
 				if code != 200 {
@@ -76,7 +76,7 @@ func TestRedisTLSReload(t *testing.T) {
 	f := ca.Write(t, dir, 41)
 	srv := redistest.StartTLS(t, f)
 	cert, key := ca.WriteClient(t, dir, "floodgate", time.Now().Add(-time.Minute))
-	in := serve(t, "--redis", "rediss://"+srv.Addr, "--redis-tls-ca", f.CA, "--redis-tls-cert", cert, "--redis-tls-key", key, "--budget", "200ms")
+	in := serve(t, "--redis", "rediss://"+srv.Addr, "--redis-tls-ca", f.CA, "--redis-tls-cert", cert, "--redis-tls-key", key, "--budget", "2s")
 	if code, body := in.get(t, "/readyz"); code != 503 {
 		t.Fatalf("/readyz with an expired certificate: %d %v", code, body)
 	}
@@ -136,7 +136,7 @@ func TestRedisTLSFlags(t *testing.T) {
 func TestRedisTLSClusterSentinel(t *testing.T) {
 	dir := t.TempDir()
 	f := tlstest.NewCA(t).Write(t, dir, 61)
-	tlsArgs := []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.ClientCert, "--redis-tls-key", f.ClientKey, "--budget", "200ms"}
+	tlsArgs := []string{"--redis-tls-ca", f.CA, "--redis-tls-cert", f.ClientCert, "--redis-tls-key", f.ClientKey, "--budget", "2s"}
 	cluster := redistest.StartTLSCluster(t, 3, f)
 	sentinel := redistest.StartTLSSentinel(t, f)
 	for _, tc := range []struct {
@@ -161,7 +161,7 @@ func TestRedisTLSClusterSentinel(t *testing.T) {
 		})
 	}
 	// Without a client certificate every one of them refuses.
-	in := serve(t, "--redis", sentinel.URL(), "--redis-tls-ca", f.CA, "--budget", "200ms")
+	in := serve(t, "--redis", sentinel.URL(), "--redis-tls-ca", f.CA, "--budget", "2s")
 	if code, body := in.get(t, "/readyz"); code != 503 || !strings.Contains(fmt.Sprint(body["cause"]), "requires a client certificate") {
 		t.Fatalf("/readyz through Sentinel without a client certificate: %d %v", code, body)
 	}
