@@ -31,6 +31,10 @@ local RECORD_ERROR = {{RECORD_ERROR}} -- the decision's error message (in a batc
 -- bucketBatch); a group's mark is shorter than all of them. WINDOW_ARG is
 -- the shortest, BUCKET_ARG the shortest a bucket's.
 local WINDOW_ARG, BUCKET_ARG = {{WINDOW_ARG}}, {{BUCKET_ARG}}
+-- The first letter of a group's mark in a batch (see bucketBatch): a
+-- group that is not all or nothing, one that is, and one that is whose
+-- advisory requests' flags follow the mark.
+local GROUP, GROUP_ALL, GROUP_FLAGGED = {{GROUP}}, {{GROUP_ALL}}, {{GROUP_FLAGGED}}
 
 -- bucketExpiry says how a bucket's key charged at now (µs, the server's
 -- clock) stays until ttl ms from now, when its limit is full again, given
@@ -268,11 +272,14 @@ end
 -- computes exactly.
 -- It returns the decision's record (see RECORD_DECISION), or nil and an
 -- error reply: as a second value, which costs Lua less to tell from a
--- record than the type of one value does.
-local function decideBucketKey(key, okey, arg, serverTime, seen, raw)
+-- record than the type of one value does; then whether the request was
+-- allowed, and whether it was charged (see decideAll). undo gives back
+-- what the request took instead (see decideAll).
+local function decideBucketKey(key, okey, arg, serverTime, seen, raw, undo)
   if arg ~= bArg then unpackBucketArg(arg) end
   local now, n, extra, L, R, P, tauQ, tauR, iq, ir = bNow, bN, bExtra, bL, bR, bP, bTauQ, bTauR, bIq, bIr
   local mode = bMode
+  if undo then mode = REFUND end
   local onServer = now < 0
   if onServer then now = callNow or serverTime() end
 
@@ -315,8 +322,9 @@ local function decideBucketKey(key, okey, arg, serverTime, seen, raw)
     s.skew = sk
     if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   end
-  if ov then return record(s.oraw, allowed, remaining, retry, reset) end
-  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
+  local charged = allowed and n > 0 and mode ~= REFUND
+  if ov then return record(s.oraw, allowed, remaining, retry, reset), nil, allowed, charged end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset), nil, allowed, charged
 end
 
 -- decideBucketLone is decideBucketKey for a key that no other request of
@@ -420,13 +428,14 @@ end
 -- doubles (struct.pack '>ddddd'): now in µs (or -1 for the server's TIME),
 -- the cost n (0 peeks; -n charges n whatever the limit says, as core's
 -- Spec.Charge), milliseconds added to the expiry, quota and period (µs).
-local function decideWindowKey(key, okey, arg, serverTime, seen, raw)
+local function decideWindowKey(key, okey, arg, serverTime, seen, raw, undo)
   if arg ~= wArg then unpackWindowArg(arg) end
   local now, n, extra, L, P = wNow, wN, wExtra, wL, wP
   local onServer = now < 0
   if onServer then now = callNow or serverTime() end
   local mode = TAKE
   if n < 0 then mode, n = CHARGE, -n end
+  if undo then mode = REFUND end
 
   local s = seen[key]
   if not s then
@@ -440,13 +449,16 @@ local function decideWindowKey(key, okey, arg, serverTime, seen, raw)
   if ov then ov, here = liveOverride(ov, now, FIXED) end
   if not here then return elsewhere(s.oraw) end
   if ov then L, P = ov.specs[1].quota, ov.specs[1].period end
-  if mode == CHARGE then n = min(n, L) end -- at most the quota, as core's Charge
+  if mode ~= TAKE then n = min(n, L) end -- at most the quota, as core's Charge and Refund
 
   local allowed, remaining, retry, reset, start, stop, count, t, sk, hold = decideFixed(s.found, s.start, s.stop,
     s.count, s.last, s.skew, now, n, L, P, 0, 0, 0, mode)
   if n == 0 then allowed, retry = true, 0 end
 
   if allowed and n > 0 then
+    -- A refund that empties the window keeps the key to the window's end,
+    -- as decide.lua's stepFixed.
+    if count == 0 then hold = max(hold, stop - t) end
     local px = windowExpiry(onServer, s.found and s.start == start and s.stop == stop and sk == 0 and s.skew == 0,
       reset, hold, extra)
     if px then s.ttl = px end
@@ -456,8 +468,9 @@ local function decideWindowKey(key, okey, arg, serverTime, seen, raw)
     s.skew = sk -- the clock stepped back, as for a bucket
     if not s.dirty then s.dirty = true; seen[#seen + 1] = key end
   end
-  if ov then return record(s.oraw, allowed, remaining, retry, reset) end
-  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset)
+  local charged = allowed and n > 0 and mode ~= REFUND
+  if ov then return record(s.oraw, allowed, remaining, retry, reset), nil, allowed, charged end
+  return spack('>Bdddd', RECORD_DECISION, allowed and 1 or 0, remaining, retry, reset), nil, allowed, charged
 end
 
 -- decideWindowLone is decideWindowKey for a key that no other request of
@@ -566,8 +579,10 @@ end
 -- whose state says the key has no override is decided on its own, as a
 -- lone request; any other's state is loaded in seen (see loadState), on
 -- which bucketBatch then decides it. A lone one's state is parsed twice,
--- here and by its decision, which costs Redis less than loading it.
-local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base, n)
+-- here and by its decision, which costs Redis less than loading it. In an
+-- all-or-nothing group (all), every state is loaded in seen, where
+-- decideAll can give a charge back before anything is written.
+local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base, n, all)
   for j = 0, count - 1 do
     local key, arg = keys[k + j], argv[a + j]
     local size, raw = #arg, rest[k + j - base]
@@ -580,7 +595,7 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base,
     elseif raw and size == BUCKET_ARG then
       _, _, _, _, _, _, bare = parseBucket(raw)
     end
-    if not bare then
+    if all or not bare then
       local kind = BUCKET
       if size < BUCKET_ARG then kind = FIXED end
       local s, err = loadState(key, keys[n + k + j], seen, kind, raw)
@@ -594,6 +609,58 @@ local function checkGroup(keys, argv, k, a, count, serverTime, seen, rest, base,
       end
     end
   end
+end
+
+-- decideAll decides an all-or-nothing group of count requests, whose keys
+-- start at keys[k] and arguments at argv[a], and whose states checkGroup
+-- loaded in seen, as decide.lua's decideGroup does: in order, each seeing
+-- the ones before it; when a request that is not advisory is denied
+-- (flags, a string of count bytes, says '1' for an advisory request; false
+-- for none), each request that was charged gives its charge back, the
+-- latest first, at the same instant, and its record reports the state
+-- after that, with allowed 2 (undone). Nothing is written before
+-- bucketFlush, so no other client sees the charges. keys[n + i] is
+-- keys[i]'s override key (see bucketBatch). It appends the records to out
+-- after m, and returns the new m.
+local groupCharged = {} -- for each request of the group: whether it was charged
+local undoneBytes = false -- allowed 2 as a record's double, packed at first use
+local function decideAll(keys, argv, k, a, count, serverTime, seen, flags, out, m, n)
+  local undo = false
+  for j = 0, count - 1 do
+    local key, arg = keys[k + j], argv[a + j]
+    local d, err, allowed, charged
+    if #arg < BUCKET_ARG then
+      d, err, allowed, charged = decideWindowKey(key, keys[n + k + j], arg, serverTime, seen, nil)
+    else
+      d, err, allowed, charged = decideBucketKey(key, keys[n + k + j], arg, serverTime, seen, nil)
+    end
+    -- checkGroup loaded every state and checked every override, so
+    -- neither an error nor a hand-on comes back (allowed is nil then):
+    -- either undoes the group all the same.
+    if allowed == nil then
+      d, undo, charged = d or errRecord(err), true, false
+    elseif not allowed and not (flags and byte(flags, j + 1) == 49) then -- '1'
+      undo = true
+    end
+    out[m + 1 + j] = d
+    groupCharged[j + 1] = charged
+  end
+  if undo then
+    if not undoneBytes then undoneBytes = spack('>d', 2) end
+    for j = count - 1, 0, -1 do
+      if groupCharged[j + 1] then
+        local key, arg = keys[k + j], argv[a + j]
+        local d
+        if #arg < BUCKET_ARG then
+          d = decideWindowKey(key, keys[n + k + j], arg, serverTime, seen, nil, true)
+        else
+          d = decideBucketKey(key, keys[n + k + j], arg, serverTime, seen, nil, true)
+        end
+        out[m + 1 + j] = sub(d, 1, 1) .. undoneBytes .. sub(d, 10)
+      end
+    end
+  end
+  return m + count
 end
 
 -- absentKeys holds the keys that markAbsent asks about, filled from the
@@ -712,26 +779,34 @@ local function bucketBatch(keys, argv)
   while a <= na do
     local arg = argv[a]
     local size = #arg
-    if size < WINDOW_ARG then -- "g<count>"
+    if size < WINDOW_ARG then -- "g<count>", "G<count>" or "H<count>" and its flags
       local count = groupSizes[arg]
       if not count then
         count = tonumber(sub(arg, 2))
         groupSizes[arg] = count
       end
+      local head, flags = sub(arg, 1, 1), false
+      if head == GROUP_FLAGGED then -- its advisory requests' flags follow
+        flags, a = argv[a + 1], a + 1
+      end
       if not rest then
         rest, base = mget(keys, k, n), k - 1
         markAbsent(rest, keys, base, n)
       end
-      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base, n)
-      for j = 0, count - 1 do
-        m = m + 1
-        local d, err = r, nil
-        if not r then
-          local key = keys[k + j]
-          -- On the call's state of its key if checkGroup loaded it.
-          d, err = decideFastKey(key, keys[n + k + j], argv[a + 1 + j], serverTime, seen[key] and seen, rest[k + j - base])
+      local r = checkGroup(keys, argv, k, a + 1, count, serverTime, seen, rest, base, n, head ~= GROUP)
+      if not r and head ~= GROUP then
+        m = decideAll(keys, argv, k, a + 1, count, serverTime, seen, flags, out, m, n)
+      else
+        for j = 0, count - 1 do
+          m = m + 1
+          local d, err = r, nil
+          if not r then
+            local key = keys[k + j]
+            -- On the call's state of its key if checkGroup loaded it.
+            d, err = decideFastKey(key, keys[n + k + j], argv[a + 1 + j], serverTime, seen[key] and seen, rest[k + j - base])
+          end
+          out[m] = d or errRecord(err)
         end
-        out[m] = d or errRecord(err)
       end
       k, a = k + count, a + 1 + count
     else

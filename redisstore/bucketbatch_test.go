@@ -197,9 +197,11 @@ func TestBatchSharedKeys(t *testing.T) {
 
 // A group that is not all or nothing, of requests that the fast path
 // decides (here fixed windows, one forced, as an Envoy request's
-// descriptors), is one call of the fast path's batch. A group with a key
-// whose override only decide.lua decides goes there whole, and a group
-// with a key of foreign data fails whole, charging nothing.
+// descriptors), is one call of the fast path's batch, and so is one that
+// is all or nothing, whose denial gives the others' charges back within
+// the call. A group with a key whose override only decide.lua decides
+// goes there whole, and a group with a key of foreign data fails whole,
+// charging nothing.
 func TestGroupFastPath(t *testing.T) {
 	srv := redistest.Start(t)
 	client, admin := srv.Client(t), srv.Admin(t)
@@ -221,6 +223,7 @@ func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string,
 	type want struct {
 		remaining  int64
 		overridden bool // decided by the key's override
+		undone     bool // charged, then given back as the group was denied
 	}
 	for _, tt := range []struct {
 		name  string
@@ -229,13 +232,18 @@ func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string,
 		calls uint64 // script calls
 		want  []want // nil: the group fails with "wrong type"
 	}{
-		{"fast", []string{"a", "b", "a"}, false, 1, []want{{2, false}, {2, false}, {1, false}}},
-		{"again", []string{"a", "b", "a"}, false, 1, []want{{0, false}, {1, false}, {0, false}}},
+		{"fast", []string{"a", "b", "a"}, false, 1, []want{{2, false, false}, {2, false, false}, {1, false, false}}},
+		{"again", []string{"a", "b", "a"}, false, 1, []want{{0, false, false}, {1, false, false}, {0, false, false}}},
 		// The fast path hands the group on, and the key is remembered.
-		{"an override for decide.lua", []string{"c", "two"}, false, 2, []want{{2, false}, {2, true}}}, // as-is: 3 of the window carried over
-		{"remembered", []string{"c", "two"}, false, 1, []want{{1, false}, {1, true}}},
+		{"an override for decide.lua", []string{"c", "two"}, false, 2, []want{{2, false, false}, {2, true, false}}}, // as-is: 3 of the window carried over
+		{"remembered", []string{"c", "two"}, false, 1, []want{{1, false, false}, {1, true, false}}},
 		{"foreign data", []string{"d", "list"}, false, 1, nil},
-		{"all or nothing: decide.lua", []string{"e", "b"}, true, 1, []want{{2, false}, {0, false}}},
+		{"all or nothing", []string{"e", "b"}, true, 1, []want{{2, false, false}, {0, false, false}}},
+		// b is empty: f's forced charge is given back, in the same call.
+		{"all or nothing, denied", []string{"f", "b"}, true, 1, []want{{3, false, true}, {0, false, false}}},
+		{"all or nothing, then as before", []string{"f", "e"}, false, 1, []want{{2, false, false}, {1, false, false}}},
+		// c's override is decide.lua's: the group goes there whole.
+		{"all or nothing, an override for decide.lua", []string{"c", "two", "b"}, true, 1, []want{{1, false, true}, {1, true, true}, {0, false, false}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			reqs := make([]floodgate.Request, len(tt.keys))
@@ -262,15 +270,17 @@ func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string,
 			}
 			for i, w := range tt.want {
 				r := reqs[i].Result
-				if r.Remaining != w.remaining || r.Overridden != w.overridden {
-					t.Errorf("%d (%s): %+v; want %d remaining, overridden %v", i, tt.keys[i], r, w.remaining, w.overridden)
+				undone := !r.Allowed && r.RetryAfter == 0
+				if r.Remaining != w.remaining || r.Overridden != w.overridden || undone != w.undone {
+					t.Errorf("%d (%s): %+v; want %d remaining, overridden %v, undone %v", i, tt.keys[i], r, w.remaining, w.overridden, w.undone)
 				}
 			}
 		})
 	}
-	// The fast path wrote a's window, which says it has no override (5);
-	// decide.lua wrote e's, which may have one (6). See parseFixed.
-	for key, tag := range map[string]byte{prefix + "{a}:0f": 5, prefix + "{e}:0f": 6} {
+	// The fast path wrote a's window and e's, which say they have no
+	// override (5); decide.lua wrote c's, which may have one (6). See
+	// parseFixed.
+	for key, tag := range map[string]byte{prefix + "{a}:0f": 5, prefix + "{e}:0f": 5, prefix + "{c}:0f": 6} {
 		if raw := client.Get(ctx, key).Val(); raw == "" || raw[0] != tag {
 			t.Errorf("%s: %q, want the form %d", key, raw, tag)
 		}

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	_ "embed"
@@ -75,8 +76,9 @@ func library(prelude, entry string) (code, name string) {
 // allFast reports whether the fast path decides every call: each is one
 // request on its Policy's lone bucket or fixed window (fast), on a key
 // with no override of another kind that this process knows of, or a group
-// of such requests that is not all or nothing. groups says whether there
-// is a group among them.
+// of such requests, all or nothing or not (an Envoy request's
+// descriptors, with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT or without).
+// groups says whether there is a group among them.
 func (s *Store) allFast(calls []*call) (ok, groups bool) {
 	for _, c := range calls {
 		if c.group == nil {
@@ -84,9 +86,6 @@ func (s *Store) allFast(calls []*call) (ok, groups bool) {
 				return false, false
 			}
 			continue
-		}
-		if c.all {
-			return false, false
 		}
 		for _, m := range c.group {
 			if !m.fast() || s.foreign.has(m.keys[0]) {
@@ -297,8 +296,8 @@ func putDouble(b []byte, v int64) {
 // path's batch (bucketBatch in bucket.lua): each costs Redis the fast
 // path's two reads and one write, without decide.lua's general machinery,
 // and the call's own cost is shared by all of them.
-// A group (not all or nothing) goes in the same call, its requests after
-// an argument "g<count>", and is decided whole or handed on whole.
+// A group goes in the same call, its requests after its mark (see
+// groupArgs), and is decided whole or handed on whole.
 func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	calls, keys, args, n := bucketsArgs(calls)
 	s.counted(1, n)
@@ -330,13 +329,37 @@ func bucketsArgs(calls []*call) ([]*call, []string, []any, int) {
 			i++
 			continue
 		}
-		args = append(args, "g"+strconv.Itoa(len(c.group)))
+		args = groupArgs(args, c)
 		for _, m := range c.group {
 			args = append(args, m.p.fast.boxed(m.now, m.n, m.op, shared != nil && shared[i]))
 			i++
 		}
 	}
 	return calls, keys, args, n
+}
+
+// groupArgs appends the mark of the group c to bucketBatch's arguments:
+// "g<count>" for a group that is not all or nothing, "G<count>" for one
+// that is, and "H<count>" and its advisory requests' flags for one that
+// is with advisory requests (see protocol.go).
+func groupArgs(args []any, c *call) []any {
+	count := strconv.Itoa(len(c.group))
+	if !c.all {
+		return append(args, groupMark+count)
+	}
+	var flags []byte
+	for i, m := range c.group {
+		if m.advisory && flags == nil {
+			flags = bytes.Repeat([]byte{'0'}, len(c.group))
+		}
+		if m.advisory {
+			flags[i] = '1'
+		}
+	}
+	if flags == nil {
+		return append(args, groupAllMark+count)
+	}
+	return append(args, groupFlaggedMark+count, string(flags))
 }
 
 // readBuckets sets the results of calls, as bucketsArgs ordered them, of n

@@ -133,7 +133,11 @@ import (
 // call names the same key, whose state the call then keeps in a table
 // (bucketsArgs puts such requests after the others). In bucketBatch, "g<count>" (shorter than
 // windowArgLen) precedes the count requests of a group that is not all or
-// nothing, decided whole by the fast path or not at all.
+// nothing, decided whole by the fast path or not at all. "G<count>" does
+// the same for a group that is all or nothing (decideAll: a denial gives
+// back the others' charges within the call, as decide.lua's decideGroup),
+// and "H<count>" for one with advisory requests, followed by an argument
+// of count bytes that flags them ('1') before the requests' own.
 //
 // # bucket.lua: reply
 //
@@ -150,6 +154,9 @@ import (
 //
 // A group the fast path does not decide answers, for each member, the
 // same record: the first error, or the override that sends it elsewhere.
+// In an all-or-nothing group that a denial undid, each request that was
+// charged answers the state after its charge was given back, with
+// allowed 2.
 // bucketOne answers a failure as a Redis error reply, not a record.
 //
 // # States
@@ -213,6 +220,16 @@ const (
 // bucket's argument, by which bucket.lua tells them apart.
 const windowArgLen, bucketArgLen = 40, 80
 
+// The first letters of a group's mark in a call of bucketBatch: a group
+// that is not all or nothing ("g<count>"), one that is ("G<count>"), and
+// one that is with advisory requests ("H<count>", then an argument of
+// count bytes, '1' for an advisory request and '0' for another).
+const (
+	groupMark        = "g"
+	groupAllMark     = "G"
+	groupFlaggedMark = "H"
+)
+
 // maxDebt is core's maxDebt, the most a window's forced count reaches
 // (TestMaxDebtMatchesCore holds it to core's behaviour).
 const maxDebt = 1 << 50
@@ -225,7 +242,10 @@ var luaConstants = func() map[string]string {
 		suffixes = append(suffixes, suffixOf(k))
 	}
 	m := map[string]string{
-		"SUFFIXES": "'" + string(suffixes) + "'",
+		"SUFFIXES":      "'" + string(suffixes) + "'",
+		"GROUP":         "'" + groupMark + "'",
+		"GROUP_ALL":     "'" + groupAllMark + "'",
+		"GROUP_FLAGGED": "'" + groupFlaggedMark + "'",
 	}
 	for name, v := range map[string]int64{
 		"MAXSKEW":          int64(core.MaxPeriod / time.Microsecond),
