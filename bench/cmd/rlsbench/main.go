@@ -4,7 +4,7 @@
 // redis-server that this program starts, with the same domain file and
 // the same load.
 //
-//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3] [-callers 1,64] [-descriptors 1,3] [-client envoy|grpc]
+//	cd bench && go run ./cmd/rlsbench [-duration 3s] [-runs 3] [-callers 1,64] [-descriptors 1,3] [-client envoy|grpc] [-atomic]
 //
 // Cells: 1 and 64 concurrent callers (gRPC streams on one connection, as
 // Envoy multiplexes them), one and three descriptors per request, over
@@ -20,6 +20,11 @@
 // does. -client grpc sends the same calls through a gRPC-Go client, a
 // goroutine per caller, which takes more of the shared cores per request
 // (docs/performance.md has both, side by side).
+//
+// -atomic runs both services with envoyproxy/ratelimit's
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (floodgate's
+// --stop-cache-key-increment-when-overlimit): a request over the limit on
+// any descriptor charges none of them.
 package main
 
 import (
@@ -74,6 +79,7 @@ func main() {
 	callerList := flag.String("callers", "1,64", "the numbers of concurrent callers to measure, comma-separated")
 	descList := flag.String("descriptors", "1,3", "the numbers of descriptors per request to measure, comma-separated (1 or 3)")
 	client := flag.String("client", "envoy", "the load generator: envoy (one event loop, every caller a stream on one connection, as Envoy calls) or grpc (a gRPC-Go client, a goroutine per caller)")
+	atomic := flag.Bool("atomic", false, "run both services with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: a request over the limit on any descriptor charges none of them")
 	flag.Parse()
 	callerCounts, descCounts := flags.Counts("-callers", *callerList), flags.Counts("-descriptors", *descList)
 	run := generators[*client]
@@ -107,14 +113,23 @@ func main() {
 	check(err)
 	peerVersion, err := peertest.Version() // the default's, or FLOODGATE_RATELIMIT_VERSION's
 	check(err)
-	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort)
+	var peerEnv, fgFlags []string
+	if *atomic {
+		peerEnv = []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}
+		fgFlags = []string{"--stop-cache-key-increment-when-overlimit"}
+	}
+	peer, err := peertest.StartRatelimit(peerBin, filepath.Join(dir, "peer"), redisAddr, map[string]string{"bench.yaml": domain}, freePort, peerEnv...)
 	check(err)
 	stops.Add(peer.Stop)
-	fgAddr, fgPID := startFloodgate(dir, redisAddr)
+	fgAddr, fgPID := startFloodgate(dir, redisAddr, fgFlags...)
 	redisPID := procs.RedisPID(&stops, redisAddr)
 
-	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians\n\n",
-		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peerVersion, *client, *runs, *duration)
+	mode := ""
+	if *atomic {
+		mode = "; STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT on both"
+	}
+	fmt.Printf("%s, %d CPUs, redis-server on loopback; envoyproxy/ratelimit %s; the %s load generator; %d runs of %s per cell, medians%s\n\n",
+		runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), peerVersion, *client, *runs, *duration, mode)
 	fmt.Printf("| callers | descriptors | service | requests/s | p50 | p99 | service CPU per request | redis-server CPU per request | load generator CPU per request | over the limit | past the 20ms deadline (all runs) | floodgate / envoyproxy/ratelimit (requests/s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	targets := []struct {
 		name, addr string
@@ -175,9 +190,10 @@ func check(err error) {
 func freePort() int { return procs.FreePort(&stops) }
 
 // startFloodgate builds floodgate and runs floodgate serve --grpc on
-// redisAddr with the domain file, adds its stop to stops as soon as it
-// starts, waits until it answers, and returns its address and process ID.
-func startFloodgate(dir, redisAddr string) (string, int) {
+// redisAddr with the domain file and the flags more, adds its stop to
+// stops as soon as it starts, waits until it answers, and returns its
+// address and process ID.
+func startFloodgate(dir, redisAddr string, more ...string) (string, int) {
 	bin := filepath.Join(dir, "floodgate")
 	// The build's processes (go, and the compiler and linker it runs) are
 	// a group of their own, which a signal stops: left running, the
@@ -205,8 +221,9 @@ func startFloodgate(dir, redisAddr string) (string, int) {
 	check(os.MkdirAll(cfg, 0o755))
 	check(os.WriteFile(filepath.Join(cfg, "bench.yaml"), []byte(domain), 0o644))
 	addr := "127.0.0.1:" + strconv.Itoa(freePort())
-	cmd := exec.Command(bin, "serve", "--config", cfg, "--grpc", addr, "--http", "", "--resp", "", "--ui=false",
-		"--redis", "redis://"+redisAddr, "--watch", "0")
+	args := append([]string{"serve", "--config", cfg, "--grpc", addr, "--http", "", "--resp", "", "--ui=false",
+		"--redis", "redis://" + redisAddr, "--watch", "0"}, more...)
+	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())
