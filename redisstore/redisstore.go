@@ -582,11 +582,12 @@ func (c *call) count() int {
 	return len(c.specs)
 }
 
-// TakeGroup implements core.Store.TakeGroup in one script call: decide.lua decides
-// the requests in order and undoes an all-or-nothing group before it
-// returns, so no other client sees its charges. A group of one request is
-// decided as that request alone, by the fast path where it applies. Each request's Policy must
-// be one that s prepared.
+// TakeGroup implements core.Store.TakeGroup in one script call: the fast
+// path (when every request is on a lone bucket or fixed window) or
+// decide.lua decides the requests in order and undoes an all-or-nothing
+// group before it returns, so no other client sees its charges. A group of
+// one request is decided as that request alone, by the fast path where it
+// applies. Each request's Policy must be one that s prepared.
 //
 // On a Redis Cluster that holds for the requests whose keys share a slot.
 // A group whose keys span slots goes out as one script call per slot, side
