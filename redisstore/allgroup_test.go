@@ -38,6 +38,8 @@ func TestAllOrNothingFastPath(t *testing.T) {
 			fast := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("ag%d:", seed), Clock: redisClock})
 			slow := newStore(t, client, &redisstore.Options{Prefix: fmt.Sprintf("agd%d:", seed), Clock: redisClock})
 			slow.DisableFastPath()
+			fast.CheckDeclaredKeys()
+			slow.CheckDeclaredKeys()
 			lims := func(st floodgate.Store) []*floodgate.Limiter {
 				out := make([]*floodgate.Limiter, len(limits))
 				for i, l := range limits {

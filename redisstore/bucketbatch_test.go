@@ -201,7 +201,9 @@ func TestBatchSharedKeys(t *testing.T) {
 // is all or nothing, whose denial gives the others' charges back within
 // the call. A group with a key whose override only decide.lua decides
 // goes there whole, and a group with a key of foreign data fails whole,
-// charging nothing.
+// charging nothing. Every call names only keys it declares, override keys
+// included, and a group that decide.lua answers "?" for (an override whose
+// keys the Store did not know) is sent again with them, charged once.
 func TestGroupFastPath(t *testing.T) {
 	srv := redistest.Start(t)
 	client, admin := srv.Client(t), srv.Admin(t)
@@ -212,9 +214,15 @@ func TestGroupFastPath(t *testing.T) {
 // testGroupFastPath decides on client; admin writes the foreign data.
 func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string, noFns bool) {
 	ctx := context.Background()
-	st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: storetest.NewClock(storetest.Base), DisableFunctions: noFns})
+	clock := storetest.NewClock(storetest.Base)
+	st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: clock, DisableFunctions: noFns})
+	st.CheckDeclaredKeys() // every key the calls name is declared, override keys included
 	lim := limiter(t, st, floodgate.FixedWindow(3, time.Hour))
 	if err := lim.SetOverride(ctx, "two", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(9, time.Hour), floodgate.PerSecond(5)}}, floodgate.AsIs); err != nil {
+		t.Fatal(err)
+	}
+	// same's override is of the Policy's kind: the fast path decides it.
+	if err := lim.SetOverride(ctx, "same", floodgate.Override{Limits: []floodgate.Limit{floodgate.FixedWindow(5, time.Hour)}}, floodgate.AsIs); err != nil {
 		t.Fatal(err)
 	}
 	if err := admin.LPush(ctx, prefix+"{list}:0f", "x").Err(); err != nil {
@@ -244,6 +252,10 @@ func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string,
 		{"all or nothing, then as before", []string{"f", "e"}, false, 1, []want{{2, false, false}, {1, false, false}}},
 		// c's override is decide.lua's: the group goes there whole.
 		{"all or nothing, an override for decide.lua", []string{"c", "two", "b"}, true, 1, []want{{1, false, true}, {1, true, true}, {0, false, false}}},
+		// same's override, read from its override key, decides it here
+		// (as-is: the window's 3 remaining carried over).
+		{"all or nothing, an override of the fast path", []string{"h", "same"}, true, 1, []want{{2, false, false}, {2, true, false}}},
+		{"all or nothing, an override of the fast path, denied", []string{"same", "b"}, true, 1, []want{{2, true, true}, {0, false, false}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			reqs := make([]floodgate.Request, len(tt.keys))
@@ -277,6 +289,37 @@ func testGroupFastPath(t *testing.T, client, admin *redis.Client, prefix string,
 			}
 		})
 	}
+	// Another Store changes two's override to one with a sliding log,
+	// whose key st does not know to declare. two is remembered as
+	// decide.lua's, so the group goes there: two answers "?", which fails
+	// the group there, giving g's charge back in that call, and st sends
+	// it again with the log's key. g is charged once.
+	other := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: clock, DisableFunctions: noFns})
+	other.CheckDeclaredKeys()
+	if err := limiter(t, other, floodgate.FixedWindow(3, time.Hour)).SetOverride(ctx, "two", floodgate.Override{Limits: []floodgate.Limit{
+		floodgate.FixedWindow(9, time.Hour), floodgate.PerSecond(5), floodgate.SlidingLog(4, time.Hour),
+	}}, floodgate.AsIs); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []floodgate.Request{{Limiter: lim, Key: "g", N: 1, Force: true}, {Limiter: lim, Key: "two", N: 1}}
+	before := st.Stats()
+	if err := floodgate.AllowGroup(ctx, reqs, true); err != nil {
+		t.Fatal(err)
+	}
+	if calls := st.Stats().ScriptCalls - before.ScriptCalls; calls != 2 {
+		t.Errorf("undeclared override: %d script calls, want 2 (\"?\", then the group with the log's key)", calls)
+	}
+	if r := reqs[0].Result; !r.Allowed || r.Remaining != 2 {
+		t.Errorf("undeclared override: g %+v, want allowed with 2 remaining", r)
+	}
+	// Its window, carried as is, took its ninth.
+	if r := reqs[1].Result; !r.Allowed || !r.Overridden || r.Remaining != 0 || r.Quota != 9 {
+		t.Errorf("undeclared override: two %+v, want allowed by its override's window with 0 remaining", r)
+	}
+	if r, err := lim.AllowN(ctx, "g", 0); err != nil || r.Remaining != 2 {
+		t.Errorf("g after the group: %+v, %v; want 2 remaining", r, err)
+	}
+
 	// The fast path wrote a's window and e's, which say they have no
 	// override (5); decide.lua wrote c's, which may have one (6). See
 	// parseFixed.
