@@ -738,8 +738,10 @@ local records = {}
 -- and whose override key is at the same place in the second half, with
 -- its argument in argv (ARGV, as decideFastKey's), or a group of requests: an argument "g<count>"
 -- before the count requests' own, decided in order, one after the other,
--- as decide.lua decides a group that is not all or nothing. Each decision
--- sees the ones before it. A request whose argument is one byte longer
+-- as decide.lua decides a group that is not all or nothing; "G<count>", or
+-- "H<count>" and its advisory requests' flags, before a group that is
+-- (see decideAll), whose requests' override keys are declared as any
+-- other's. Each decision sees the ones before it. A request whose argument is one byte longer
 -- than its kind's names a key that another request of the call names too
 -- (which the client knows, and Lua would need a table to find out): it
 -- is decided on the call's state of its key (see loadState), and so is a
