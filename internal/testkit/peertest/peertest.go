@@ -27,6 +27,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
 // RatelimitVersion is the version of github.com/envoyproxy/ratelimit that
@@ -307,8 +308,10 @@ func start(bin, root, redisAddr string, port, grpcPort, debugPort int, env []str
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
 		"PORT=" + strconv.Itoa(port), "GRPC_PORT=" + strconv.Itoa(grpcPort), "DEBUG_PORT=" + strconv.Itoa(debugPort),
 	}, env...)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &lockedWriter{b: &logs}, &lockedWriter{b: &logs}
+	// One locked buffer for both: the process writes them from two
+	// goroutines of exec's.
+	var logs syncbuf.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -361,15 +364,4 @@ func Client(t testing.TB, addr string) rls.RateLimitServiceClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return rls.NewRateLimitServiceClient(conn)
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
