@@ -41,9 +41,11 @@ func TestTraceRedis(t *testing.T) {
 			wg.Wait()
 			return nil
 		}, 32, 0},
+		// One call of the fast path, all or nothing, which counts each
+		// request of the group as a decision.
 		{"group", true, func(ctx context.Context, l *floodgate.Limiter) error {
 			return floodgate.AllowGroup(ctx, []floodgate.Request{{Limiter: l, Key: "c", N: 1}, {Limiter: l, Key: "d", N: 1}}, true)
-		}, 1, 1},
+		}, 1, 2},
 		{"cached denial", true, func(ctx context.Context, l *floodgate.Limiter) error {
 			// Emptied, then denied by Redis, then by the cache.
 			for _, n := range []int64{100, 1, 1} {
