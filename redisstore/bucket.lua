@@ -750,8 +750,12 @@ local records = {}
 -- records, in order, as one string: a decision that fails has the record
 -- of its error, and each request of a group that the fast path does not
 -- decide the record that says why (see checkGroup).
-local function bucketBatch(keys, argv)
-  nBuckets, nWindows, callNow = 0, 0, false
+-- On a Cluster, crossBatch (cross.lua) calls it once per slot with read,
+-- the values of the lone requests' keys that it read already, and the
+-- call's time kept from one slot to the next (callNow is not reset).
+local function bucketBatch(keys, argv, read)
+  nBuckets, nWindows = 0, 0
+  if not read then callNow = false end
   local out, serverTime = records, callTime
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
   local n = floor(#keys / 2) -- the requests; keys[n + k] is keys[k]'s override key
@@ -764,7 +768,10 @@ local function bucketBatch(keys, argv)
     if size ~= BUCKET_ARG and size ~= WINDOW_ARG then break end
     lone = lone + 1
   end
-  if lone > 1 then
+  if read then
+    pre = read
+    markAbsent(pre, keys, 0, n)
+  elseif lone > 1 then
     pre = mget(keys, 1, lone)
     markAbsent(pre, keys, 0, n)
   end

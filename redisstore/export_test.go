@@ -55,6 +55,14 @@ var SlotOf = slotOf
 // the tests can hold bucket.lua and decide.lua to the same results.
 func (s *Store) DisableFastPath() { s.noFastPath = true }
 
+// DisableCrossSlot makes s batch per Cluster slot, as where a Cluster
+// lacks the cross-slot function.
+func (s *Store) DisableCrossSlot() { s.cross.off.Store(true) }
+
+// CrossRefused returns how many slots Cluster masters refused in
+// cross-slot calls, whose requests went again through the per-slot path.
+func (s *Store) CrossRefused() uint64 { return s.cross.refused.Load() }
+
 // TakeBatch decides a request of cost n on each of keys with pol, a Policy
 // that s prepared, all in one batch, as the batcher sends the requests
 // that wait together, and returns each decision and its error.

@@ -265,6 +265,8 @@ var luaConstants = func() map[string]string {
 		"RECORD_OVERRIDE":  recordOverride,
 		"RECORD_ELSEWHERE": recordElsewhere,
 		"RECORD_ERROR":     recordError,
+		"CROSS_DECIDED":    crossDecided,
+		"CROSS_REFUSED":    crossRefused,
 		"WINDOW_ARG":       windowArgLen,
 		"BUCKET_ARG":       bucketArgLen,
 	} {

@@ -29,7 +29,7 @@ var luaOwn = map[string]string{
 }
 
 // luaSources are the Lua files, by name.
-var luaSources = map[string]string{"prelude.lua": preludeSource, "decide.lua": decideSource, "bucket.lua": bucketSource}
+var luaSources = map[string]string{"prelude.lua": preludeSource, "decide.lua": decideSource, "bucket.lua": bucketSource, "cross.lua": crossSource}
 
 // luaLocal is a line that declares locals: their names, and their values.
 var luaLocal = regexp.MustCompile(`^(\s*)local\s+([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*=\s*(.*)$`)
@@ -154,6 +154,7 @@ func TestExpandLua(t *testing.T) {
 		{"{{ADDITIVE}}, {{AS_IS}}, {{PROPORTIONAL}}, {{RESET_USAGE}}", "0, 1, 2, 3"},
 		{"{{RECORD_DECISION}}{{RECORD_OVERRIDE}}{{RECORD_ELSEWHERE}}{{RECORD_ERROR}}", "0123"},
 		{"{{WINDOW_ARG}}, {{BUCKET_ARG}}", "40, 80"},
+		{"{{CROSS_DECIDED}}, {{CROSS_REFUSED}}", "1, 2"},
 		// Lua's own tables are no placeholders.
 		{"local MARKS = {{'0b', {}}}", "local MARKS = {{'0b', {}}}"},
 		{"{{x}} {{ MAXLOG }}", "{{x}} {{ MAXLOG }}"},
@@ -173,6 +174,9 @@ func TestExpandLua(t *testing.T) {
 	if p := luaPlaceholder.FindString(scripts.libraryCode); p != "" {
 		t.Errorf("the function library holds the placeholder %s", p)
 	}
+	if p := luaPlaceholder.FindString(crossCode); p != "" {
+		t.Errorf("the cross-slot library holds the placeholder %s", p)
+	}
 }
 
 // The assembled code, run by Redis, holds Go's values: every constant of
@@ -188,7 +192,7 @@ func TestLuaConstantsOnRedis(t *testing.T) {
 	for i, n := range names {
 		ret[i] = "v(" + n + ")"
 	}
-	code := expandLua(preludeSource+bucketSource+decideSource) + "init()\n" +
+	code := expandLua(preludeSource+bucketSource+decideSource+crossSource) + "init()\n" +
 		"local function v(x) if type(x) == 'number' then return format('%d', x) end return x end\n" +
 		"return {" + strings.Join(ret, ", ") + "}\n"
 	client := redistest.Start(t).Client(t)

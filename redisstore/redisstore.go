@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
@@ -106,6 +107,10 @@ type Options struct {
 	// EVALSHA by itself where functions are missing or an ACL refuses
 	// them. Default: false.
 	DisableFunctions bool
+	// Logger receives the Store's rare notices, such as a Redis Cluster
+	// that cannot batch across slots (see docs/redis.md). Default:
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Store is a floodgate.Store on Redis. It is safe for concurrent use.
@@ -152,6 +157,9 @@ type Store struct {
 	traced atomic.Bool
 	// slotBatch queues the concurrency limits' operations (concurrency.go).
 	slotBatch slotBatcher
+	// cross is a Cluster's batching across slots (cross.go).
+	cross  crossState
+	logger *slog.Logger
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -178,7 +186,10 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	if o.Prefix == "" {
 		o.Prefix = "floodgate:"
 	}
-	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock, calClock: o.Clock, scripts: scripts}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Store{client: client, prefix: o.Prefix, clock: o.Clock, calClock: o.Clock, scripts: scripts, logger: o.Logger}
 	if s.calClock == nil {
 		s.calClock = floodgate.SystemClock()
 	}

@@ -85,6 +85,9 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		s.sendGroups(ctx, groups)
 		return
 	}
+	if groups = s.sendCross(ctx, groups); len(groups) == 0 {
+		return
+	}
 	type piped struct {
 		calls []*call // in the order the script reads them
 		group []*call // as grouped, to send alone if the function is missing

@@ -1,0 +1,252 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/floodgate/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file batches across the slots of a Redis Cluster master: one
+// script call carries the fast path's decisions for every slot of the
+// master that a batch holds, where a script call per slot would carry one
+// decision each once keys are many (10,000 keys rarely share a slot).
+// Redis 7 lets a function registered with the flag allow-cross-slot-keys
+// touch keys of any slot its node serves; its declared keys must still
+// share one slot, so it declares none and takes its keys as arguments
+// (cross.lua). That is the one exception to "every key a script touches is
+// in KEYS", and only on a Cluster.
+//
+// Each slot of the call is checked by the script before anything of it
+// is read or written (a probe key, see cross.lua): a slot that the node
+// no longer serves, or is migrating, is refused whole, and its requests
+// go again, once, as the per-slot path sends them, through the Cluster
+// client, which follows MOVED and ASK to the slot's owner. A refused
+// request was charged nothing, and its second try is its only charge. A
+// call that Redis refused before running it (READONLY from a master
+// demoted by a failover, CLUSTERDOWN, TRYAGAIN, LOADING) is sent again the
+// same way. Where the Cluster lacks the flag or functions (Redis 6, a
+// managed service that refuses FUNCTION LOAD), the Store batches per slot
+// as before, and says so once in its log.
+
+//go:embed cross.lua
+var crossSource string
+
+// The cross-slot library: the fast path and crossBatch, in a library of
+// its own, named by a hash of its code as the main one is (see library),
+// so that the main library stays free of the flag and of keys passed as
+// arguments.
+var (
+	crossCode, crossName = crossLibrary()
+	crossFunction        = crossName + "_cross"
+)
+
+func crossLibrary() (code, name string) {
+	body := expandLua(preludeSource + bucketSource + crossSource)
+	name = fmt.Sprintf("floodgatex_%x", sha1.Sum([]byte(body)))[:27]
+	code = "#!lua name=" + name + "\n" + body +
+		"redis.register_function{function_name='" + name + "_cross', callback=function(keys, args)\n" +
+		"  if not call then init() end\n" +
+		"  return crossBatch(args)\n" +
+		"end, flags={'allow-cross-slot-keys'}}\n"
+	return code, name
+}
+
+// crossProbe is what the probe key of a slot adds to one of the slot's
+// keys (the first of a request's, <prefix>{key}:0b): floodgate never
+// writes a key ending so, and it keeps the key's hash tag.
+const crossProbe = ":probe"
+
+// The records of crossBatch's reply, one per slot (cross.lua).
+const (
+	crossDecided = 1 // the slot's records follow, after their length
+	crossRefused = 2 // the node does not serve the slot: nothing was done
+)
+
+// crossState is a Cluster Store's cross-slot batching: on until the
+// Cluster shows it lacks it.
+type crossState struct {
+	off     atomic.Bool
+	offOnce sync.Once
+	// refused counts the slots that masters refused (moved, migrating, a
+	// demoted master), whose requests went again through the per-slot
+	// path.
+	refused atomic.Uint64
+}
+
+// crossOff turns cross-slot batching off for good, and logs why once.
+func (s *Store) crossOff(why error) {
+	s.cross.off.Store(true)
+	s.cross.offOnce.Do(func() {
+		s.logger.Warn("redisstore: the Redis Cluster does not take floodgate's cross-slot function; batching per slot, which carries fewer decisions per script call",
+			"cause", why.Error())
+	})
+}
+
+// crossPart is one slot's share of a cross-slot call.
+type crossPart struct {
+	group []*call // as grouped, to send again if refused
+	calls []*call // in the order bucketBatch reads them
+	keys  []string
+	args  []any
+	n     int // requests
+}
+
+// sendCross sends, in one call of crossBatch to the master that the
+// client's view of the Cluster gives for them, the groups (one slot each,
+// of calls queued for one master) that the fast path decides, and
+// returns the others, for the per-slot path. It returns groups untouched
+// when cross-slot batching is off, or when fewer than two slots would go.
+func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
+	cc, ok := s.client.(*redis.ClusterClient)
+	if !ok || s.cross.off.Load() || s.noFunctions.Load() || s.noFastPath {
+		return groups
+	}
+	var parts []crossPart
+	var rest [][]*call
+	nargs := 0
+	for _, g := range groups {
+		if fast, _ := s.allFast(g); !fast {
+			rest = append(rest, g)
+			continue
+		}
+		ordered, keys, args, n := bucketsArgs(g)
+		if slotOf(keys[0]+crossProbe) != slotOf(keys[0]) {
+			rest = append(rest, g) // a key without a hash tag of its own (a prefix with "{}")
+			continue
+		}
+		parts = append(parts, crossPart{group: g, calls: ordered, keys: keys, args: args, n: n})
+		nargs += 2 + len(keys) + len(args)
+	}
+	if len(parts) < 2 {
+		return groups
+	}
+	node, err := cc.MasterForKey(ctx, parts[0].calls[0].keys[0])
+	if err != nil {
+		return groups // no view of the Cluster yet: the per-slot path loads it
+	}
+	argv := make([]any, 0, nargs)
+	for _, p := range parts {
+		var head [8]byte
+		binary.BigEndian.PutUint32(head[:], uint32(len(p.keys)))
+		binary.BigEndian.PutUint32(head[4:], uint32(len(p.args)))
+		argv = append(argv, string(head[:]), p.keys[0]+crossProbe)
+		for _, k := range p.keys {
+			argv = append(argv, k)
+		}
+		argv = append(argv, p.args...)
+	}
+	res, err := s.runCross(ctx, node, argv)
+	if err != nil {
+		var again [][]*call
+		for _, p := range parts {
+			again = append(again, p.group)
+		}
+		switch {
+		case crossUnsupported(err):
+			s.crossOff(err)
+			return append(rest, again...)
+		case notRun(err):
+			// Nothing ran: the per-slot path sends them to their owners.
+			s.cross.refused.Add(uint64(len(parts)))
+			cc.ReloadState(ctx)
+			return append(rest, again...)
+		}
+		for _, p := range parts {
+			for _, c := range p.calls {
+				c.out, c.err = nil, s.wrap(c.ctx, err)
+			}
+			release(p.group)
+		}
+		return rest
+	}
+	decided, refused := 0, 0
+	for _, p := range parts {
+		if res == "" {
+			res = "\x00" // too short: fails the part below
+		}
+		kind := res[0]
+		res = res[1:]
+		if kind == crossRefused {
+			refused++
+			rest = append(rest, p.group)
+			continue
+		}
+		var part string
+		if kind == crossDecided && len(res) >= 4 {
+			n := uint64(res[0])<<24 | uint64(res[1])<<16 | uint64(res[2])<<8 | uint64(res[3])
+			if n <= uint64(len(res)-4) {
+				part, res = res[4:4+n], res[4+n:]
+				decided += p.n
+				s.readBuckets(ctx, p.calls, p.n, part, nil)
+				release(p.group)
+				continue
+			}
+		}
+		res = ""
+		s.readBuckets(ctx, p.calls, p.n, "", fmt.Errorf("%w: the cross-slot script returned a reply floodgate cannot read", floodgate.ErrStore))
+		release(p.group)
+	}
+	s.counted(1, decided)
+	if refused > 0 {
+		s.cross.refused.Add(uint64(refused))
+		cc.ReloadState(ctx)
+	}
+	return rest
+}
+
+// runCross calls crossBatch on node with argv, loading the library there
+// first when it is missing (a new master, or one that was flushed), and
+// returns its reply.
+func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (string, error) {
+	res, err := node.FCall(ctx, crossFunction, nil, argv...).Text()
+	if !functionMissing(err) {
+		return res, err
+	}
+	if err := node.FunctionLoadReplace(ctx, crossCode).Err(); err != nil {
+		if isRedisError(err) {
+			return "", fmt.Errorf("%w: loading the cross-slot library: %w", errCrossUnsupported, err)
+		}
+		return "", err
+	}
+	return node.FCall(ctx, crossFunction, nil, argv...).Text()
+}
+
+// errCrossUnsupported marks a Cluster that refused the cross-slot
+// library.
+var errCrossUnsupported = errors.New("redisstore: the cross-slot library was refused")
+
+// crossUnsupported reports whether err says that the master cannot run
+// the cross-slot function: FCALL refused (Redis 6, an ACL without it),
+// or the library refused (an unknown flag, FUNCTION LOAD denied).
+func crossUnsupported(err error) bool {
+	return functionsRefused(err) || errors.Is(err, errCrossUnsupported)
+}
+
+// notRunPrefixes start the errors with which Redis refuses a command
+// before running it: a replica (a master that a failover demoted), a
+// redirection, a Cluster or a node not ready, a master without its
+// replicas (min-replicas-to-write), a node busy with a script.
+var notRunPrefixes = [...]string{"READONLY ", "MOVED ", "ASK ", "CLUSTERDOWN ", "TRYAGAIN ", "LOADING ", "MASTERDOWN ", "NOREPLICAS ", "BUSY "}
+
+// notRun reports whether err is Redis refusing the call before it ran.
+func notRun(err error) bool {
+	if !isRedisError(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range notRunPrefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}

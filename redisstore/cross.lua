@@ -1,0 +1,76 @@
+-- floodgate: the fast path's batch across the slots of one Redis Cluster
+-- master (see cross.go). It runs only as a function of its own library,
+-- registered with the flag allow-cross-slot-keys, and declares no keys:
+-- Redis refuses declared keys of several slots (CROSSSLOT) before a
+-- script runs, so the keys come in ARGV. This is the one place where a
+-- script touches keys it was not given in KEYS. Each command it runs
+-- still names keys of one slot only.
+--
+-- ARGV holds one part per slot: a header (struct '>I4I4': the part's keys
+-- and its arguments), a probe key of the slot that floodgate never writes,
+-- the keys, then the arguments, as bucketBatch takes them.
+--
+-- Before it decides a slot's requests, it reads the probe with the lone
+-- requests' keys, in one MGET under pcall. Redis answers that MGET only
+-- when this node serves the slot and will serve every key of it for the
+-- rest of the call: the node owns the slot and is not migrating it (a
+-- missing key of a migrating slot, as the probe always is, is an ASK
+-- redirection, which Redis 7.0 turns into "Script attempted to access a
+-- non local key in a cluster node"). Otherwise the slot is refused whole,
+-- before anything of it is read or written, and the client sends its
+-- requests again to the slot's owner (cross.go). A script runs alone, so
+-- what the probe found holds until the call ends.
+--
+-- The reply is one record per part: CROSS_REFUSED alone, or
+-- CROSS_DECIDED, the length of bucketBatch's reply (struct '>I4') and
+-- that reply.
+
+local CROSS_DECIDED, CROSS_REFUSED = {{CROSS_DECIDED}}, {{CROSS_REFUSED}}
+
+local crossKeys, crossArgs = {}, {} -- one part's, filled from the start
+local crossNK, crossNA = 0, 0       -- how far the last part filled them
+local crossOut = {}
+
+local function crossBatch(argv)
+  callNow = false -- the call's time, read once for all its parts (callTime)
+  local i, na, m = 1, #argv, 0
+  while i <= na do
+    local nk, nargs = sunpack('>I4I4', argv[i])
+    local probe = argv[i + 1]
+    for j = 1, nk do crossKeys[j] = argv[i + 1 + j] end
+    for j = nk + 1, crossNK do crossKeys[j] = nil end
+    crossNK = nk
+    local a0 = i + 1 + nk
+    for j = 1, nargs do crossArgs[j] = argv[a0 + j] end
+    for j = nargs + 1, crossNA do crossArgs[j] = nil end
+    crossNA = nargs
+    i = a0 + nargs + 1
+    -- The lone requests, on keys of their own, come first (as in
+    -- bucketBatch): their states are read with the probe.
+    local lone = 0
+    while lone < nargs do
+      local size = #crossArgs[lone + 1]
+      if size ~= BUCKET_ARG and size ~= WINDOW_ARG then break end
+      lone = lone + 1
+    end
+    local read, served
+    if lone < UNPACK_MAX then
+      read = rpcall('MGET', probe, unpack(crossKeys, 1, lone))
+      served = not read.err
+      if served then table.remove(read, 1) end -- the probe's
+    else
+      -- Never with floodgate's batches, but bounded all the same:
+      -- bucketBatch then reads the lone states itself.
+      local r = rpcall('EXISTS', probe)
+      served, read = type(r) ~= 'table', nil
+    end
+    m = m + 1
+    if served then
+      local r = bucketBatch(crossKeys, crossArgs, read)
+      crossOut[m] = spack('>BI4', CROSS_DECIDED, #r) .. r
+    else
+      crossOut[m] = spack('>B', CROSS_REFUSED)
+    end
+  end
+  return concat(crossOut, '', 1, m)
+end
