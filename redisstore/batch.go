@@ -444,24 +444,77 @@ func (b *batcher) do(c *call) error {
 }
 
 // masterQueue is one Cluster master's part of the batcher: how many
-// pipelines to it are in flight, and the calls that wait for one to end.
+// script calls (or pipelines) to it are in flight, and the calls that
+// wait for one to end.
 type masterQueue struct {
 	inflight int
 	pending  []*call
 	work     int64 // the log work of pending, added up (see fit)
+	// size is how many calls its script calls carried as they went out,
+	// averaged as the batcher's size is (see out), in 256ths of a call.
+	size int
+	// large says that its batches are large (see room): set when size
+	// reaches smallBatch, cleared when it falls below half that, so
+	// that the lone calls that go out while nothing is in flight do not
+	// tip it back and forth.
+	large bool
+	// starting says that a goroutine that will take the next batch has
+	// not started yet (see sendQueued).
+	starting bool
 }
 
-// masterInflight is how many pipelines a Cluster master may have in
-// flight: four decided more than two even on loopback, and on a real
-// network, where a round trip is longer, more in flight keep a master
-// busier. Guarded by bench's redisbench -cluster.
-const masterInflight = 4
+// masterInflight is how many script calls a Cluster master may have in
+// flight while they carry fewer than smallBatch calls: then the wait is
+// the round trip, and calls side by side shorten it. Two, not more: with
+// four, masters that share the callers (64 callers over 6 masters) kept
+// their batches small, each script call costing Redis and the client as
+// much as a few decisions. Guarded by bench's redisbench -cluster.
+const masterInflight = 2
+
+// masterLarge is how many script calls the masters of a Cluster have in
+// flight, added up, while their calls carry smallBatch calls or more: as
+// many as a standalone server has then (see room), shared among the
+// masters, at least one each. Large batches mean that callers wait for
+// Redis or for the CPU: fewer, larger script calls decide more then.
+// Guarded by bench's redisbench -cluster.
+const masterLarge = 3
+
+// room reports whether a script call of k calls may go out to q's master
+// now, with masters masters known: below masterInflight while its batches
+// are small; while they are large, below its share of masterLarge, and
+// beside another in flight only with half as many calls as they carried.
+// b.mu is held.
+func (q *masterQueue) room(k, masters int) bool {
+	if !q.large {
+		return q.inflight < masterInflight
+	}
+	if q.inflight > 0 && k<<9 < q.size {
+		return false
+	}
+	return q.inflight < max(1, masterLarge/max(masters, 1))
+}
+
+// sized records a script call of k calls going out to q's master. b.mu
+// is held.
+func (q *masterQueue) sized(k int) {
+	d := k<<8 - q.size
+	if d > 0 {
+		d += 7 // rounded up, as the batcher's
+	}
+	q.size += d / 8
+	switch {
+	case q.size >= smallBatch<<8:
+		q.large = true
+	case q.size < smallBatch<<7:
+		q.large = false
+	}
+}
 
 // doCluster is do on a Cluster. Calls queue by the master of their slot,
-// as the client's view of the cluster has it: each master has at most
-// masterInflight pipelines in flight, and the calls that arrive meanwhile
-// go out together in its next one, a script call per slot (only keys of
-// one slot can share a script call) in one round trip. So a master that
+// as the client's view of the cluster has it: each master has a few
+// script calls in flight (see room), and the calls that arrive meanwhile
+// go out together in its next one, a script call across its slots for the
+// fast path's (cross.go), or one per slot in a pipeline. So a master that
 // is slow or down holds up only the calls for its own slots, never those
 // for a healthy master's, and the calls in flight are bounded by the
 // callers waiting.
@@ -478,8 +531,9 @@ func (b *batcher) doCluster(c *call) error {
 		q = &masterQueue{}
 		b.masters[addr] = q
 	}
-	if q.inflight < masterInflight {
+	if len(q.pending) == 0 && !q.large && q.room(1, len(b.masters)) {
 		q.inflight++
+		q.sized(1)
 		b.mu.Unlock()
 		b.s.sendGroup(c.ctx, []*call{c})
 		b.masterDone(addr)
@@ -488,6 +542,7 @@ func (b *batcher) doCluster(c *call) error {
 	c.wait()
 	q.pending = append(q.pending, c)
 	q.work += c.work
+	b.sendQueued(addr, q)
 	b.mu.Unlock()
 	select {
 	case <-c.ready:
@@ -498,20 +553,56 @@ func (b *batcher) doCluster(c *call) error {
 	}
 }
 
-// masterDone ends one of a master's pipelines: it sends what queued
-// meanwhile, on a goroutine of its own, or counts one fewer in flight.
-// Each pipeline ends when all its callers have stopped waiting, so a dead
-// master costs a caller its own budget only.
-func (b *batcher) masterDone(addr string) {
-	b.mu.Lock()
-	q := b.masters[addr]
-	if len(q.pending) == 0 || b.closed {
-		if q.inflight--; q.inflight == 0 {
-			delete(b.masters, addr) // close fails what is still queued
+// sendQueued sends what waits for q's master, on goroutines of their own,
+// while there is room for it. b.mu is held.
+//
+// While the master's batches are large, the goroutine takes its batch
+// when it starts rather than now: the callers that queue before it runs
+// go with it. Large batches mean that callers wait for Redis or for the
+// CPU, so it seldom waits long, and a script call of one that went
+// out at once would cost Redis and the client as much as several
+// decisions.
+func (b *batcher) sendQueued(addr string, q *masterQueue) {
+	for len(q.pending) > 0 && !b.closed && !q.starting {
+		k, _ := b.fit(q.pending, q.work)
+		full := k
+		if k < min(len(q.pending), b.maxBatch) {
+			full = b.maxBatch // closed by the log budget: a full one
 		}
-		b.mu.Unlock()
-		return
+		if !q.room(full, len(b.masters)) {
+			return
+		}
+		q.inflight++
+		var batch []*call
+		if q.large {
+			q.starting = true
+		} else {
+			batch = b.take(q)
+		}
+		b.mastersWG.Add(1)
+		go func() {
+			defer b.mastersWG.Done()
+			if batch == nil {
+				b.mu.Lock()
+				q.starting = false
+				if len(q.pending) > 0 && !b.closed {
+					batch = b.take(q)
+				}
+				b.mu.Unlock()
+			}
+			if len(batch) > 0 {
+				ctx, cancel := callersContext(batch, b.timeout)
+				b.s.sendPipeline(ctx, batch)
+				cancel()
+			}
+			b.masterDone(addr)
+		}()
 	}
+}
+
+// take removes the calls of q's next script call from its queue and
+// returns them. b.mu is held.
+func (b *batcher) take(q *masterQueue) []*call {
 	// The pipeline's script calls run one after another: their log work
 	// is bounded together, as one script call's.
 	k, work := b.fit(q.pending, q.work)
@@ -521,15 +612,19 @@ func (b *batcher) masterDone(addr string) {
 	rest := copy(q.pending, q.pending[k:])
 	clear(q.pending[rest:])
 	q.pending = q.pending[:rest]
-	b.mastersWG.Add(1)
+	q.sized(k)
+	return batch
+}
+
+// masterDone ends one of a master's script calls, and sends what queued
+// meanwhile if there is room now. Each ends when all its callers have
+// stopped waiting, so a dead master costs a caller its own budget only.
+func (b *batcher) masterDone(addr string) {
+	b.mu.Lock()
+	q := b.masters[addr]
+	q.inflight--
+	b.sendQueued(addr, q)
 	b.mu.Unlock()
-	go func() {
-		defer b.mastersWG.Done()
-		ctx, cancel := callersContext(batch, b.timeout)
-		b.s.sendPipeline(ctx, batch)
-		cancel()
-		b.masterDone(addr)
-	}()
 }
 
 // finished records the end of a script call of k calls whose callers

@@ -30,6 +30,12 @@ local CROSS_DECIDED, CROSS_REFUSED = {{CROSS_DECIDED}}, {{CROSS_REFUSED}}
 local crossKeys, crossArgs = {}, {} -- one part's, filled from the start
 local crossNK, crossNA = 0, 0       -- how far the last part filled them
 local crossOut = {}
+-- crossProbeKeys holds the keys of one EXISTS, filled from the start.
+local crossProbeKeys = {}
+-- crossFresh says that the last slot read found none of its keys: the
+-- next starts with EXISTS rather than MGET (see crossBatch). It outlives
+-- the call, as the library's state does.
+local crossFresh = false
 
 local function crossBatch(argv)
   callNow = false -- the call's time, read once for all its parts (callTime)
@@ -54,10 +60,34 @@ local function crossBatch(argv)
       lone = lone + 1
     end
     local read, served
-    if lone < UNPACK_MAX then
+    if crossFresh and lone > 0 and 2 * lone < UNPACK_MAX then
+      -- The last slot's keys were all new: probably these are too (a
+      -- limit whose keys expire between requests). One EXISTS of the
+      -- probe, the keys and their override keys both checks the slot
+      -- and, when it counts none, says what markAbsent would.
+      crossProbeKeys[1] = probe
+      for j = 1, lone do
+        local key = crossKeys[j]
+        crossProbeKeys[2 * j], crossProbeKeys[2 * j + 1] = key, overrideKey(key)
+      end
+      local r = rpcall('EXISTS', unpack(crossProbeKeys, 1, 2 * lone + 1))
+      served = type(r) == 'number'
+      if r == 0 then
+        read = {}
+        for j = 1, lone do read[j] = true end
+      elseif served then
+        read, crossFresh = call('MGET', unpack(crossKeys, 1, lone)), false
+      end
+    elseif lone < UNPACK_MAX then
       read = rpcall('MGET', probe, unpack(crossKeys, 1, lone))
       served = not read.err
-      if served then table.remove(read, 1) end -- the probe's
+      if served then
+        table.remove(read, 1) -- the probe's
+        crossFresh = lone > 0
+        for j = 1, lone do
+          if read[j] then crossFresh = false; break end
+        end
+      end
     else
       -- Never with floodgate's batches, but bounded all the same:
       -- bucketBatch then reads the lone states itself.

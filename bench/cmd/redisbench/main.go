@@ -100,7 +100,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	inflight := flag.Int("inflight", 0, "floodgate's MaxInflight (0: its default)")
 	goroutines := flag.String("goroutines", "1,8,64", "the concurrency levels of the Redis loads on one key and on 10,000 keys, comma-separated")
-	cluster := flag.Bool("cluster", false, "only measure Redis Clusters of 1, 3 and 6 masters at 64 goroutines on 10,000 keys")
+	cluster := flag.Bool("cluster", false, "only measure a standalone server and Redis Clusters of 1, 3 and 6 masters, side by side, at 64 goroutines on 10,000 keys")
 	flag.Parse()
 	// Before anything starts: log.Fatal would leave a redis-server running.
 	levels := flags.Counts("-goroutines", *goroutines)
@@ -761,25 +761,52 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 	return rps
 }
 
-// clusterScaling measures floodgate and redis_rate on Redis Clusters of
-// 1, 3 and 6 masters that it starts on this machine, at 64 goroutines on
-// 10,000 keys with a limit that admits everything. All the masters share
-// the machine's cores, so the figures show the cost of routing, not
-// scaling.
+// clusterScaling measures floodgate and redis_rate on one standalone
+// redis-server and on Redis Clusters of 1, 3 and 6 masters that it starts
+// on this machine, in the same session, at 64 goroutines on 10,000 keys
+// with a limit that admits everything. All the servers share the
+// machine's cores, so the figures show the cost of routing, not scaling.
+// Beside each floodgate row: its decisions per script call and the Redis
+// CPU per decision (summed over the masters), each also as a share of
+// the standalone server's.
 func clusterScaling(dur time.Duration, runs int) {
 	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
 	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
-	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | floodgate script calls per round trip |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
-	for _, masters := range []int{1, 3, 6} {
-		addrs, stop := procs.StartCluster(&stops, masters)
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
-		fg := redisstore.New(cc, &redisstore.Options{Prefix: "fg:", DenialCache: true})
+	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | of standalone's | Redis CPU per decision (all masters) | × standalone's | floodgate script calls per round trip |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	var basePer, baseCPU float64 // standalone floodgate's
+	for _, masters := range []int{0, 1, 3, 6} {
+		var uc redis.UniversalClient
+		var servers []*redis.Client // to read each one's CPU
+		var stop func()
+		name := strconv.Itoa(masters)
+		if masters == 0 {
+			name = "standalone"
+			addr, stopOne := procs.StartRedis(&stops, 0), func() {}
+			stop = stopOne
+			c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
+			uc, servers = c, []*redis.Client{c}
+		} else {
+			var addrs []string
+			addrs, stop = procs.StartCluster(&stops, masters)
+			uc = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 128})
+			for _, a := range addrs {
+				servers = append(servers, redis.NewClient(&redis.Options{Addr: a}))
+			}
+		}
+		cpu := func() time.Duration {
+			var t time.Duration
+			for _, c := range servers {
+				t += redisCPU(context.Background(), c)
+			}
+			return t
+		}
+		fg := redisstore.New(uc, &redisstore.Options{Prefix: "fg:", DenialCache: true})
 		lim, err := floodgate.NewLimiter(fg, []floodgate.Limit{floodgate.TokenBucket(int64(sc.rate), time.Second, int64(sc.burst))}, nil)
 		if err != nil {
 			stops.Fatal(err)
 		}
-		rr := redis_rate.NewLimiter(cc)
+		rr := redis_rate.NewLimiter(uc)
 		l := redis_rate.Limit{Rate: sc.rate, Period: time.Second, Burst: sc.burst}
 		ds := []decider{
 			func(ctx context.Context, key string) (bool, error) {
@@ -799,22 +826,35 @@ func clusterScaling(dur time.Duration, runs int) {
 		for r := range runs {
 			for j := range ds {
 				i := (r + j) % len(ds)
-				res[i] = append(res[i], run(ds[i], sc, dur))
+				c0 := cpu()
+				rs := run(ds[i], sc, dur)
+				rs.redisCPU = (cpu() - c0) / time.Duration(max(rs.decisions, 1))
+				res[i] = append(res[i], rs)
 			}
 		}
 		s1 := fg.Stats()
 		base := median(res[1]).perSec
 		for i := range ds {
 			m := median(res[i])
-			per, trip := "-", "-"
+			per, ofPer, cpuOf, trip := "-", "-", "-", "-"
+			perCall := float64(s1.Decisions-s0.Decisions) / float64(max(s1.ScriptCalls-s0.ScriptCalls, 1))
+			if masters == 0 && i == 0 {
+				basePer, baseCPU = perCall, float64(m.redisCPU)
+			}
 			if i == 0 {
-				per = fmt.Sprintf("%.1f", float64(s1.Decisions-s0.Decisions)/float64(max(s1.ScriptCalls-s0.ScriptCalls, 1)))
+				per = fmt.Sprintf("%.1f", perCall)
+				ofPer = fmt.Sprintf("%.0f%%", 100*perCall/basePer)
+				cpuOf = fmt.Sprintf("%.2f×", float64(m.redisCPU)/baseCPU)
 				trip = fmt.Sprintf("%.1f", float64(s1.ScriptCalls-s0.ScriptCalls)/float64(max(s1.RoundTrips-s0.RoundTrips, 1)))
 			}
-			fmt.Printf("| %d | %s | %.0f | %s | %s | %.2f× | %s | %s |\n", masters, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base, per, trip)
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %.2f× | %s | %s | %.1fµs | %s | %s |\n", name, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base,
+				per, ofPer, float64(m.redisCPU)/float64(time.Microsecond), cpuOf, trip)
 		}
 		fg.Close()
-		cc.Close()
+		uc.Close()
+		for _, c := range servers {
+			c.Close()
+		}
 		stop()
 	}
 }

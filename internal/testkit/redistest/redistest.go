@@ -332,10 +332,11 @@ func (s *Server) User() (name, password string) {
 	return "", s.pass
 }
 
-// Cluster is a Redis Cluster of masters with no replicas.
+// Cluster is a Redis Cluster of masters, with no replicas unless
+// StartClusterReplicas started it.
 type Cluster struct {
 	Addrs   []string
-	Servers []*Server
+	Servers []*Server   // every node: the masters first, as created
 	TLS     *tls.Config // a client configuration its nodes accept; nil without TLS
 }
 
@@ -346,7 +347,15 @@ type Cluster struct {
 // dead master to cost only its own keys must set.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
-	return startCluster(t, masters, nil)
+	return startCluster(t, masters, 0, nil)
+}
+
+// StartClusterReplicas is StartCluster with one replica of each master
+// (Servers holds the masters, then the replicas), and waits until every
+// replica is in sync with its master, so that a failover can happen.
+func StartClusterReplicas(t testing.TB, masters int) *Cluster {
+	t.Helper()
+	return startCluster(t, masters, 1, nil)
 }
 
 // StartTLSCluster is StartCluster with nodes that speak only TLS, to
@@ -354,10 +363,10 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 // client configuration that they accept.
 func StartTLSCluster(t testing.TB, masters int, f tlstest.Files) *Cluster {
 	t.Helper()
-	return startCluster(t, masters, &f)
+	return startCluster(t, masters, 0, &f)
 }
 
-func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
+func startCluster(t testing.TB, masters, replicas int, f *tlstest.Files) *Cluster {
 	t.Helper()
 	bin := need(t, ServerBin())
 	cli := need(t, CLIBin())
@@ -368,7 +377,7 @@ func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
 		cliTLS = []string{"--tls", "--cacert", f.CA, "--cert", f.ClientCert, "--key", f.ClientKey}
 	}
 	clusterArgs := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}
-	for i := 0; i < masters; i++ {
+	for i := 0; i < masters*(1+replicas); i++ {
 		var s *Server
 		var err error
 		for attempt := 0; attempt < 5; attempt++ {
@@ -389,7 +398,7 @@ func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
 		c.Addrs = append(c.Addrs, s.Addr)
 	}
 	args := append(append(cliTLS, "--cluster", "create"), c.Addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	// Bounded: redis-cli waits for ever for nodes that cannot meet.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -401,7 +410,93 @@ func startCluster(t testing.TB, masters int, f *tlstest.Files) *Cluster {
 			t.Fatal(err)
 		}
 	}
+	for _, s := range c.Servers[masters:] {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr, TLSConfig: c.TLS})
+		err := waitFor(15*time.Second, func() error {
+			if info := rc.Info(context.Background(), "replication").Val(); !strings.Contains(info, "master_link_status:up") {
+				return fmt.Errorf("replica %s is not in sync:\n%s", s.Addr, info)
+			}
+			return nil
+		})
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	return c
+}
+
+// NodeID returns the Cluster node ID of the node at addr.
+func (c *Cluster) NodeID(t testing.TB, addr string) string {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: c.TLS})
+	defer rc.Close()
+	id, err := rc.ClusterMyID(context.Background()).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER MYID on %s: %v", addr, err)
+	}
+	return id
+}
+
+// Reshard moves slots slots from the master at from to the master at to
+// with the cli's --cluster reshard, keys and all, as an operator would,
+// and returns when it is done (within limit).
+func (c *Cluster) Reshard(t testing.TB, from, to string, slots int, limit time.Duration) {
+	t.Helper()
+	cli := need(t, CLIBin())
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	args := []string{"--cluster", "reshard", from, "--cluster-from", c.NodeID(t, from), "--cluster-to", c.NodeID(t, to),
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes"}
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Errorf("%s %s: %v\n%s", cli, strings.Join(args, " "), err, tail(out, 2000))
+	}
+}
+
+// tail returns the last n bytes of b at most.
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// Failover makes the replica at addr its master's master with CLUSTER
+// FAILOVER (the coordinated failover: the master stops taking writes
+// until the replica has them all), and waits until every node of the
+// cluster says so and serves every slot.
+func (c *Cluster) Failover(t testing.TB, addr string) {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: c.TLS})
+	defer rc.Close()
+	ctx := context.Background()
+	if err := rc.ClusterFailover(ctx).Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER on %s: %v", addr, err)
+	}
+	id := c.NodeID(t, addr)
+	err := waitFor(20*time.Second, func() error {
+		for _, a := range c.Addrs {
+			nc := redis.NewClient(&redis.Options{Addr: a, TLSConfig: c.TLS})
+			nodes, err := nc.ClusterNodes(ctx).Result()
+			info := nc.ClusterInfo(ctx).Val()
+			nc.Close()
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return fmt.Errorf("%s: cluster state not ok", a)
+			}
+			for _, line := range strings.Split(nodes, "\n") {
+				if f := strings.Fields(line); len(f) > 2 && f[0] == id && !strings.Contains(f[2], "master") {
+					return fmt.Errorf("%s sees %s as %s", a, addr, f[2])
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("failover to %s: %v", addr, err)
+	}
 }
 
 func waitClusterOK(addr string, tc *tls.Config, within time.Duration) error {

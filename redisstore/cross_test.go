@@ -1,0 +1,294 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
+	"github.com/floodgate/floodgate/redisstore"
+	"github.com/floodgate/floodgate/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestCrossSlotMovedSlot moves one slot of a master's batch to another
+// master behind the client's back, at each step of a migration, and sends
+// the batch as one cross-slot script call to the old master: the old
+// master refuses that slot whole (Redis 7.0 answers the probe, a missing
+// key, with "Script attempted to access a non local key in a cluster
+// node" once the slot is migrating or gone), decides the others, and the
+// refused slot's request goes again through the per-slot path, which
+// follows ASK or MOVED. Every key is charged exactly once per round.
+func TestCrossSlotMovedSlot(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	for i, step := range []string{"migrating, key not moved", "migrating, key moved", "moved"} {
+		t.Run(step, func(t *testing.T) {
+			ctx := context.Background()
+			clock := storetest.NewClock(storetest.Base)
+			prefix := fmt.Sprintf("mv%d:", i)
+			st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: prefix, Clock: clock})
+			bucket := bucketAndWindow(t)[0] // a quota of 3 an hour
+			pol, err := st.Prepare([]core.Spec{bucket})
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := st.Partition("k0")
+			var keys []string
+			for j := 0; len(keys) < 16; j++ {
+				if k := "k" + strconv.Itoa(j); st.Partition(k) == from {
+					keys = append(keys, k)
+				}
+			}
+			var to string
+			admin := map[string]*redis.Client{}
+			for _, s := range cluster.Servers {
+				admin[s.Addr] = s.Admin(t)
+				if s.Addr != from && to == "" {
+					to = s.Addr
+				}
+			}
+			round := func(want int64) {
+				t.Helper()
+				ds, errs := st.TakePipeline(ctx, pol, keys, 1)
+				for i, k := range keys {
+					if errs[i] != nil || !ds[i].Allowed || ds[i].Remaining != want {
+						t.Fatalf("key %s: %+v, %v; want allowed, %d remaining", k, ds[i], errs[i], want)
+					}
+				}
+			}
+			round(2)
+
+			// Move the slot of keys[0], with the cli's steps (see
+			// redis-cli's clusterManagerMoveSlot).
+			slot := redisstore.SlotOf(prefix + "{" + keys[0] + "}:0b")
+			fromID, toID := cluster.NodeID(t, from), cluster.NodeID(t, to)
+			do := func(c *redis.Client, args ...any) {
+				t.Helper()
+				if err := c.Do(ctx, args...).Err(); err != nil {
+					t.Fatalf("%v: %v", args, err)
+				}
+			}
+			do(admin[to], "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID)
+			do(admin[from], "CLUSTER", "SETSLOT", slot, "MIGRATING", toID)
+			migrate := func() {
+				names, err := admin[from].ClusterGetKeysInSlot(ctx, slot, 100).Result()
+				if err != nil || len(names) == 0 {
+					t.Fatalf("keys in slot %d: %v, %v", slot, names, err)
+				}
+				host, port, _ := strings.Cut(to, ":")
+				args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+				for _, n := range names {
+					args = append(args, n)
+				}
+				do(admin[from], args...)
+			}
+			finish := func() {
+				for _, c := range []*redis.Client{admin[to], admin[from]} {
+					do(c, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+				}
+				for addr, c := range admin {
+					if addr != to && addr != from {
+						do(c, "CLUSTER", "SETSLOT", slot, "NODE", toID)
+					}
+				}
+			}
+			switch step {
+			case "migrating, key moved":
+				migrate()
+			case "moved":
+				migrate()
+				finish()
+			}
+			before := st.CrossRefused()
+			round(1)
+			if got := st.CrossRefused() - before; got != 1 {
+				t.Errorf("%d slots refused, want 1 (slot %d)", got, slot)
+			}
+			if step != "moved" {
+				if step == "migrating, key not moved" {
+					migrate()
+				}
+				finish()
+			}
+			round(0)
+		})
+	}
+}
+
+// decideUnderLoad has 64 goroutines decide requests of one on keys of a
+// bucket (quota 100 an hour, on a clock that stands still) through lim
+// until stop is closed, then checks the replay: each key admitted exactly
+// min(its requests, 100), and its bucket holds exactly what that leaves,
+// so no request was lost or charged twice. It returns the admissions and
+// the caller errors.
+func decideUnderLoad(t *testing.T, lim *floodgate.Limiter, keys int, stop <-chan struct{}) (admitted, exact int64, errs int64) {
+	t.Helper()
+	const quota = 100
+	var wg sync.WaitGroup
+	reqs := make([]atomic.Int64, keys)
+	adm := make([]atomic.Int64, keys)
+	var errCount atomic.Int64
+	var firstErr atomic.Pointer[error]
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := rng.IntN(keys)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				res, err := lim.Allow(ctx, "k"+strconv.Itoa(k))
+				cancel()
+				reqs[k].Add(1)
+				if err != nil {
+					errCount.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				if res.Allowed {
+					adm[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		t.Errorf("%d caller errors, the first: %v", errCount.Load(), *p)
+	}
+	ctx := context.Background()
+	for k := range keys {
+		r, a := reqs[k].Load(), adm[k].Load()
+		admitted += a
+		exact += min(r, quota)
+		res, err := lim.Peek(ctx, "k"+strconv.Itoa(k))
+		if err != nil {
+			t.Fatalf("peek k%d: %v", k, err)
+		}
+		if a != min(r, quota) || res.Remaining != quota-a {
+			t.Errorf("key k%d: %d requests, %d admitted, %d remaining; want %d admitted, %d remaining", k, r, a, res.Remaining, min(r, quota), quota-min(r, quota))
+		}
+	}
+	return admitted, exact, errCount.Load()
+}
+
+// TestClusterReshardUnderLoad moves thousands of slots, keys and all, from
+// one master to another with redis-cli --cluster reshard while 64
+// goroutines decide: no caller sees an error, and every key's admissions
+// and state are exactly those of the same requests replayed in order.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	clock := storetest.NewClock(storetest.Base)
+	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "rs:", Clock: clock})
+	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 100))
+	stop := make(chan struct{})
+	type result struct{ admitted, exact, errs int64 }
+	done := make(chan result)
+	go func() {
+		a, e, n := decideUnderLoad(t, lim, 2000, stop)
+		done <- result{a, e, n}
+	}()
+	time.Sleep(200 * time.Millisecond) // under load before the first slot moves
+	start := time.Now()
+	cluster.Reshard(t, cluster.Addrs[0], cluster.Addrs[1], 2000, 90*time.Second)
+	took := time.Since(start)
+	time.Sleep(200 * time.Millisecond) // and after the last
+	close(stop)
+	r := <-done
+	s := st.Stats()
+	t.Logf("2000 slots moved in %s; %d admitted of %d exact (%.1f%%), %d caller errors; %d slots refused and sent again; %.1f decisions per script call",
+		took.Round(time.Millisecond), r.admitted, r.exact, 100*float64(r.admitted)/float64(max(r.exact, 1)), r.errs, st.CrossRefused(), float64(s.Decisions)/float64(max(s.ScriptCalls, 1)))
+}
+
+// TestClusterFailoverUnderLoad fails a master over to its replica (CLUSTER
+// FAILOVER) while 64 goroutines decide: no caller sees an error, and the
+// replay is exact, as for a reshard.
+func TestClusterFailoverUnderLoad(t *testing.T) {
+	cluster := redistest.StartClusterReplicas(t, 3)
+	clock := storetest.NewClock(storetest.Base)
+	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "fo:", Clock: clock})
+	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 100))
+	stop := make(chan struct{})
+	type result struct{ admitted, exact, errs int64 }
+	done := make(chan result)
+	go func() {
+		a, e, n := decideUnderLoad(t, lim, 2000, stop)
+		done <- result{a, e, n}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	cluster.Failover(t, cluster.Addrs[3]) // the first master's replica, or another's: either is a master's
+	took := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	r := <-done
+	t.Logf("failover took %s; %d admitted of %d exact (%.1f%%), %d caller errors; %d slots refused and sent again",
+		took.Round(time.Millisecond), r.admitted, r.exact, 100*float64(r.admitted)/float64(max(r.exact, 1)), r.errs, st.CrossRefused())
+}
+
+// TestCrossSlotFallback: where the masters refuse the cross-slot library
+// (here an ACL user without FUNCTION LOAD, as on a managed Cluster), the
+// Store batches per slot, decides alike, and says so once in its log.
+func TestCrossSlotFallback(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	// The main library loads first (as the admin), then a user that may
+	// call functions but not load them decides.
+	var buf syncbuf.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	warm := newStore(t, cluster.Admin(t), &redisstore.Options{Prefix: "fb:"})
+	if _, err := limiter(t, warm, floodgate.TokenBucket(1, time.Hour, 3)).Allow(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cluster.Servers {
+		err := s.Admin(t).Do(ctx, "ACL", "SETUSER", "noload", "on", ">pw", "~*", "&*", "+@all", "-function|load").Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, Username: "noload", Password: "pw"})
+	t.Cleanup(func() { cc.Close() })
+	st := newStore(t, cc, &redisstore.Options{Prefix: "fb:", Logger: logger})
+	bucket := bucketAndWindow(t)[0]
+	pol, err := st.Prepare([]core.Spec{bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := st.Partition("k0")
+	var keys []string
+	for j := 0; len(keys) < 16; j++ {
+		if k := "k" + strconv.Itoa(j); st.Partition(k) == master {
+			keys = append(keys, k)
+		}
+	}
+	for round := range 4 {
+		before := st.Stats()
+		ds, errs := st.TakePipeline(ctx, pol, keys, 1)
+		after := st.Stats()
+		for i, k := range keys {
+			if errs[i] != nil || ds[i].Allowed != (round < 3) {
+				t.Fatalf("round %d, key %s: %+v, %v", round, k, ds[i], errs[i])
+			}
+		}
+		if calls := after.ScriptCalls - before.ScriptCalls; round > 0 && calls != uint64(len(keys)) {
+			t.Errorf("round %d: %d script calls for %d keys of as many slots, want one per slot", round, calls, len(keys))
+		}
+	}
+	if n := strings.Count(buf.String(), "batching per slot"); n != 1 {
+		t.Errorf("the log says cross-slot %d times, want once:\n%s", n, buf.String())
+	}
+}
