@@ -78,8 +78,8 @@ const (
 // quarter as many (but three) while the script calls that go out carry
 // smallBatch calls or more, a call then going out beside another only
 // with half a batch (see room). On a Cluster each master queues
-// on its own instead, and a batch for a master goes out as one pipeline
-// of a script call per slot (see doCluster).
+// on its own instead, and a batch for a master goes out as one script
+// call across its slots, or a pipeline of one per slot (see doCluster).
 type batcher struct {
 	s           *Store
 	maxInflight int

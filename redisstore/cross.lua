@@ -10,16 +10,21 @@
 -- and its arguments), a probe key of the slot that floodgate never writes,
 -- the keys, then the arguments, as bucketBatch takes them.
 --
--- Before it decides a slot's requests, it reads the probe with the lone
--- requests' keys, in one MGET under pcall. Redis answers that MGET only
--- when this node serves the slot and will serve every key of it for the
--- rest of the call: the node owns the slot and is not migrating it (a
--- missing key of a migrating slot, as the probe always is, is an ASK
--- redirection, which Redis 7.0 turns into "Script attempted to access a
--- non local key in a cluster node"). Otherwise the slot is refused whole,
--- before anything of it is read or written, and the client sends its
--- requests again to the slot's owner (cross.go). A script runs alone, so
--- what the probe found holds until the call ends.
+-- Before it decides a slot's requests, it reads a probe key of the slot,
+-- under pcall, in the same command as the first read of the lone
+-- requests' keys: an MGET of the probe and the keys, or, when the last
+-- slot's keys were all new, an EXISTS of the probe, the keys and their
+-- override keys (which, when it counts none, spares the MGET and says
+-- what markAbsent would). Redis answers that command only when this node
+-- serves the slot and will serve every key of it for the rest of the
+-- call: the node owns the slot and is not migrating it (a missing key of
+-- a migrating slot, as the probe always is, is an ASK redirection, which
+-- Redis 7.0 turns into "Script attempted to access a non local key in a
+-- cluster node"; a slot it does not own, or imports without ASKING, the
+-- same). Otherwise the slot is refused whole, before anything of it is
+-- read or written, and the client sends its requests again to the slot's
+-- owner (cross.go). A script runs alone, so what the probe found holds
+-- until the call ends.
 --
 -- The reply is one record per part: CROSS_REFUSED alone, or
 -- CROSS_DECIDED, the length of bucketBatch's reply (struct '>I4') and

@@ -72,8 +72,9 @@ type Options struct {
 	// standalone server. While calls carry 4 requests or more, 3 go out
 	// (a busy Redis does best with the fewest, largest batches); below
 	// that the number moves between 2 and MaxInflight to where callers
-	// wait least. On a Cluster each master has up to four pipelines in
-	// flight instead. Default: 8.
+	// wait least. On a Cluster each master has up to two script calls in
+	// flight instead, and while they carry 4 requests or more the masters
+	// share 3 (at least one each). Default: 8.
 	MaxInflight int
 	// MaxBatch is the most decisions in one script call. Default: 128.
 	//

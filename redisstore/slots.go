@@ -74,7 +74,9 @@ func (s *Store) masterOf(ctx context.Context, key string) string {
 }
 
 // sendPipeline runs calls, whose keys a Cluster's client expects on one
-// master, in one round trip: a pipeline of one script call of the fast
+// master: the fast path's, of every slot, in one script call across the
+// slots (sendCross); where that is off, or for the slots that the master
+// refused, in one round trip, a pipeline of one script call of the fast
 // path per slot. The slots whose calls the fast path cannot decide, and
 // every slot when Redis does not take functions, go as send would send
 // them, side by side with the pipeline. It sets every call's result and

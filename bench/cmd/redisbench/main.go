@@ -772,8 +772,8 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 func clusterScaling(dur time.Duration, runs int) {
 	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
 	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
-	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | of standalone's | Redis CPU per decision (all masters) | × standalone's | floodgate script calls per round trip |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | of standalone's | Redis CPU per decision (all masters) | × standalone's | client CPU per decision | floodgate script calls per round trip |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var basePer, baseCPU float64 // standalone floodgate's
 	for _, masters := range []int{0, 1, 3, 6} {
 		var uc redis.UniversalClient
@@ -826,9 +826,10 @@ func clusterScaling(dur time.Duration, runs int) {
 		for r := range runs {
 			for j := range ds {
 				i := (r + j) % len(ds)
-				c0 := cpu()
+				c0, own0 := cpu(), procs.CPU(&stops, os.Getpid())
 				rs := run(ds[i], sc, dur)
 				rs.redisCPU = (cpu() - c0) / time.Duration(max(rs.decisions, 1))
+				rs.clientCPU = (procs.CPU(&stops, os.Getpid()) - own0) / time.Duration(max(rs.decisions, 1))
 				res[i] = append(res[i], rs)
 			}
 		}
@@ -847,8 +848,8 @@ func clusterScaling(dur time.Duration, runs int) {
 				cpuOf = fmt.Sprintf("%.2f×", float64(m.redisCPU)/baseCPU)
 				trip = fmt.Sprintf("%.1f", float64(s1.ScriptCalls-s0.ScriptCalls)/float64(max(s1.RoundTrips-s0.RoundTrips, 1)))
 			}
-			fmt.Printf("| %s | %s | %.0f | %s | %s | %.2f× | %s | %s | %.1fµs | %s | %s |\n", name, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base,
-				per, ofPer, float64(m.redisCPU)/float64(time.Microsecond), cpuOf, trip)
+			fmt.Printf("| %s | %s | %.0f | %s | %s | %.2f× | %s | %s | %.1fµs | %s | %.1fµs | %s |\n", name, names[i], m.perSec, fmtDur(m.p50), fmtDur(m.p99), m.perSec/base,
+				per, ofPer, float64(m.redisCPU)/float64(time.Microsecond), cpuOf, float64(m.clientCPU)/float64(time.Microsecond), trip)
 		}
 		fg.Close()
 		uc.Close()
