@@ -107,7 +107,11 @@ type crossPart struct {
 // when cross-slot batching is off, or when fewer than two slots would go.
 func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok || s.cross.off.Load() || s.noFunctions.Load() || s.noFastPath {
+	if !ok || s.cross.off.Load() || s.noFastPath {
+		return groups
+	}
+	if s.noFunctions.Load() {
+		s.crossOff(errNoFunctions)
 		return groups
 	}
 	var parts []crossPart
@@ -223,6 +227,10 @@ func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (s
 // errCrossUnsupported marks a Cluster that refused the cross-slot
 // library.
 var errCrossUnsupported = errors.New("redisstore: the cross-slot library was refused")
+
+// errNoFunctions is why a Store whose scripts run with EVALSHA does not
+// batch across slots: the cross-slot batch is a function.
+var errNoFunctions = errors.New("the scripts run with EVALSHA: functions are disabled (Options.DisableFunctions), or the server lacks or refuses FCALL")
 
 // crossUnsupported reports whether err says that the master cannot run
 // the cross-slot function: FCALL refused (Redis 6, an ACL without it),

@@ -612,7 +612,12 @@ func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys [
 				cmd.SetErr(err) // a failure to reach Redis
 				return cmd
 			}
-			s.noFunctions.Store(true) // refused: use scripts
+			if !notRun(err) {
+				s.noFunctions.Store(true) // refused: use scripts
+			}
+			// Refused for the moment (READONLY from a master that a
+			// failover demoted, LOADING): this call uses a script, and a
+			// later one loads the library again.
 			return script.Run(ctx, s.client, keys, args...)
 		}
 		cmd = s.client.FCall(ctx, fn, keys, args...)
