@@ -15,6 +15,15 @@
 // before writing need effects replication); tested on Redis 7.0 and
 // Valkey 8.0.
 //
+// On a Cluster, the decisions that wait for one master go out together:
+// on Redis 7 in one call of a function of a second library, registered
+// with the flag allow-cross-slot-keys, which takes the keys of all the
+// master's slots as arguments (the one script that touches keys it does
+// not declare). The master refuses, untouched, a slot that it no longer
+// serves or is migrating; those requests go again, once, to the slot's
+// owner. Where a Cluster lacks functions or the flag, decisions are
+// batched per slot, and Options.Logger says so once.
+//
 // # Keys
 //
 // Each limit on a key is one Redis key, <prefix>{<key>}:<index><kind>,

@@ -247,7 +247,7 @@ func openStore(f *storeFlags, log *slog.Logger, onSwitch func(fallback.State)) (
 	if client == nil {
 		return &opened{store: mem, memory: mem, desc: "embedded in-memory store", close: func() { mem.Close() }}, nil
 	}
-	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix, DenialCache: f.denialCache})
+	rs := redisstore.New(client, &redisstore.Options{Prefix: f.prefix, DenialCache: f.denialCache, Logger: log.With("component", "redis")})
 	// The health checks keep readiness honest with no traffic: a Redis
 	// that dies is seen within one interval.
 	o := &fallback.Options{Mode: policy, Instances: f.instances, Budget: f.budget, Logger: log.With("component", "fallback"), OnSwitch: onSwitch,
