@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,5 +302,70 @@ func TestCrossSlotFallback(t *testing.T) {
 	}
 	if n := strings.Count(buf.String(), "batching per slot"); n != 1 {
 		t.Errorf("the log says cross-slot %d times, want once:\n%s", n, buf.String())
+	}
+}
+
+// TestClusterMasterHangs stops one of three masters (SIGSTOP: its
+// connections stay open and never answer) while 48 goroutines decide on
+// keys of every master, each call bounded by its own context: the calls
+// for the hung master's keys end at their deadline, and those for the
+// other masters' keys are all decided, their batches never waiting for
+// the hung one.
+func TestClusterMasterHangs(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	user, pass := cluster.Servers[0].User()
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, Username: user, Password: pass, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	st := newStore(t, client, &redisstore.Options{Prefix: "hang:"})
+	lim := limiter(t, st, floodgate.TokenBucket(1000, time.Second, 1000))
+	hung := cluster.Servers[0]
+	var keys []string
+	onHung := map[string]bool{}
+	for i := 0; len(keys) < 300; i++ {
+		k := "k" + strconv.Itoa(i)
+		if _, err := lim.Allow(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+		onHung[k] = st.Partition(k) == hung.Addr
+	}
+	if err := hung.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
+	var healthy, healthyErrs, hungErrs, hungOK atomic.Int64
+	var firstErr atomic.Pointer[error]
+	deadline := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for g := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; time.Now().Before(deadline); i += 48 {
+				k := keys[i%len(keys)]
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				_, err := lim.Allow(ctx, k)
+				cancel()
+				switch {
+				case onHung[k] && err != nil:
+					hungErrs.Add(1)
+				case onHung[k]:
+					hungOK.Add(1)
+				case err != nil:
+					healthyErrs.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+				default:
+					healthy.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("healthy masters: %d decided, %d errors; hung master: %d errors, %d decided", healthy.Load(), healthyErrs.Load(), hungErrs.Load(), hungOK.Load())
+	if p := firstErr.Load(); p != nil {
+		t.Errorf("%d calls for healthy masters failed, the first: %v", healthyErrs.Load(), *p)
+	}
+	if healthy.Load() == 0 || hungErrs.Load() == 0 || hungOK.Load() != 0 {
+		t.Errorf("want decisions on the healthy masters, and only errors on the hung one")
 	}
 }
