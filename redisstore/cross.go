@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
 	"encoding/binary"
 	"errors"
@@ -21,9 +20,11 @@ import (
 // decision each once keys are many (10,000 keys rarely share a slot).
 // Redis 7 lets a function registered with the flag allow-cross-slot-keys
 // touch keys of any slot its node serves; its declared keys must still
-// share one slot, so it declares none and takes its keys as arguments
-// (cross.lua). That is the one exception to "every key a script touches is
-// in KEYS", and only on a Cluster.
+// share one slot, so it declares none and takes its keys as arguments,
+// as the library's _argkeys functions do (argKeysArgs): the one exception
+// to declared keys (see protocol.go). The keys are the client's, as ever:
+// each request's state key and override key, and each slot's probe key;
+// the Lua builds none.
 //
 // Each slot of the call is checked by the script before anything of it
 // is read or written (a probe key, see cross.lua): a slot that the node
@@ -33,31 +34,26 @@ import (
 // request was charged nothing, and its second try is its only charge. A
 // call that Redis refused before running it (READONLY from a master
 // demoted by a failover, CLUSTERDOWN, TRYAGAIN, LOADING) is sent again the
-// same way. Where the Cluster lacks the flag or functions (Redis 6, a
-// managed service that refuses FUNCTION LOAD), the Store batches per slot
-// as before, and says so once in its log.
+// same way. A request on a key whose override the fast path does not
+// decide is charged nothing by the call either: its record says so
+// (RECORD_ELSEWHERE, with the override, whose keys it then declares), and
+// it goes on to decide.lua with its slot's other such requests, which,
+// like every decide.lua call, sends a request back for its override's
+// keys ("?") and again with them (sendDecide). Where the Cluster lacks
+// functions (Redis 6, a managed service that refuses FUNCTION LOAD), the
+// Store batches per slot as before, and says so once in its log.
 
 //go:embed cross.lua
 var crossSource string
 
-// The cross-slot library: the fast path and crossBatch, in a library of
-// its own, named by a hash of its code as the main one is (see library),
-// so that the main library stays free of the flag and of keys passed as
-// arguments.
-var (
-	crossCode, crossName = crossLibrary()
-	crossFunction        = crossName + "_cross"
-)
-
-func crossLibrary() (code, name string) {
-	body := expandLua(preludeSource + bucketSource + crossSource)
-	name = fmt.Sprintf("floodgatex_%x", sha1.Sum([]byte(body)))[:27]
-	code = "#!lua name=" + name + "\n" + body +
-		"redis.register_function{function_name='" + name + "_cross', callback=function(keys, args)\n" +
-		"  if not call then init() end\n" +
-		"  return crossBatch(args)\n" +
-		"end, flags={'allow-cross-slot-keys'}}\n"
-	return code, name
+// crossCheck returns the Lua function that crossBatch calls with each
+// part's keys before it runs a command of the part: the library's entry
+// (scriptSet's, the key checker's in tests) on them, or nil for none.
+func crossCheck(entry string) string {
+	if entry == "" {
+		return "nil"
+	}
+	return "function(keys)\n" + entry + "end"
 }
 
 // crossProbe is what the probe key of a slot adds to one of the slot's
@@ -211,22 +207,22 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 // first when it is missing (a new master, or one that was flushed), and
 // returns its reply.
 func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (string, error) {
-	res, err := node.FCall(ctx, crossFunction, nil, argv...).Text()
+	res, err := node.FCall(ctx, s.scripts.crossFn, nil, argv...).Text()
 	if !functionMissing(err) {
 		return res, err
 	}
-	if err := node.FunctionLoadReplace(ctx, crossCode).Err(); err != nil {
+	if err := node.FunctionLoadReplace(ctx, s.scripts.libraryCode).Err(); err != nil {
 		if isRedisError(err) {
-			return "", fmt.Errorf("%w: loading the cross-slot library: %w", errCrossUnsupported, err)
+			return "", fmt.Errorf("%w: loading the function library: %w", errCrossUnsupported, err)
 		}
 		return "", err
 	}
-	return node.FCall(ctx, crossFunction, nil, argv...).Text()
+	return node.FCall(ctx, s.scripts.crossFn, nil, argv...).Text()
 }
 
-// errCrossUnsupported marks a Cluster that refused the cross-slot
-// library.
-var errCrossUnsupported = errors.New("redisstore: the cross-slot library was refused")
+// errCrossUnsupported marks a Cluster master that refused the function
+// library, which holds the cross-slot function.
+var errCrossUnsupported = errors.New("redisstore: the function library was refused")
 
 // errNoFunctions is why a Store whose scripts run with EVALSHA does not
 // batch across slots: the cross-slot batch is a function.

@@ -1,30 +1,31 @@
 -- floodgate: the fast path's batch across the slots of one Redis Cluster
--- master (see cross.go). It runs only as a function of its own library,
+-- master (see cross.go). It runs only as the library's function _cross,
 -- registered with the flag allow-cross-slot-keys, and declares no keys:
 -- Redis refuses declared keys of several slots (CROSSSLOT) before a
--- script runs, so the keys come in ARGV. This is the one place where a
--- script touches keys it was not given in KEYS. Each command it runs
--- still names keys of one slot only.
+-- script runs, so the keys come as arguments, as the _argkeys functions
+-- take theirs (argKeys in prelude.lua): the one exception to declared
+-- keys. As everywhere, every key a command names is one the client
+-- passed, none built here; and each command names keys of one slot only.
 --
--- ARGV holds one part per slot: a header (struct '>I4I4': the part's keys
--- and its arguments), a probe key of the slot that floodgate never writes,
--- the keys, then the arguments, as bucketBatch takes them.
+-- The arguments hold one part per slot: a header (struct '>I4I4': the
+-- part's keys and its arguments), a probe key of the slot that floodgate
+-- never writes, the keys (each request's state key, then each request's
+-- override key, as bucketBatch takes them), then the arguments.
 --
--- Before it decides a slot's requests, it reads a probe key of the slot,
--- under pcall, in the same command as the first read of the lone
--- requests' keys: an MGET of the probe and the keys, or, when the last
--- slot's keys were all new, an EXISTS of the probe, the keys and their
--- override keys (which, when it counts none, spares the MGET and says
--- what markAbsent would). Redis answers that command only when this node
--- serves the slot and will serve every key of it for the rest of the
--- call: the node owns the slot and is not migrating it (a missing key of
--- a migrating slot, as the probe always is, is an ASK redirection, which
--- Redis 7.0 turns into "Script attempted to access a non local key in a
--- cluster node"; a slot it does not own, or imports without ASKING, the
--- same). Otherwise the slot is refused whole, before anything of it is
--- read or written, and the client sends its requests again to the slot's
--- owner (cross.go). A script runs alone, so what the probe found holds
--- until the call ends.
+-- Before it decides a slot's requests, it reads the probe key, under
+-- pcall, in the same command as the first read of the lone requests'
+-- keys: an MGET of the probe and the keys, or, when the last slot's keys
+-- were all new, an EXISTS of the probe, the keys and their override keys
+-- (which, when it counts none, spares the MGET and says what markAbsent
+-- would). Redis answers that command only when this node serves the slot
+-- and will serve every key of it for the rest of the call: the node owns
+-- the slot and is not migrating it (a missing key of a migrating slot, as
+-- the probe always is, is an ASK redirection, which Redis 7.0 turns into
+-- "Script attempted to access a non local key in a cluster node"; a slot
+-- it does not own, or imports without ASKING, the same). Otherwise the
+-- slot is refused whole, before anything of it is read or written, and
+-- the client sends its requests again to the slot's owner (cross.go). A
+-- script runs alone, so what the probe found holds until the call ends.
 --
 -- The reply is one record per part: CROSS_REFUSED alone, or
 -- CROSS_DECIDED, the length of bucketBatch's reply (struct '>I4') and
@@ -42,7 +43,10 @@ local crossProbeKeys = {}
 -- the call, as the library's state does.
 local crossFresh = false
 
-local function crossBatch(argv)
+-- crossBatch decides the parts of argv; check, when given (the tests' key
+-- checker, see scriptSet), is called with each part's keys and its probe
+-- before any command of the part.
+local function crossBatch(argv, check)
   callNow = false -- the call's time, read once for all its parts (callTime)
   local i, na, m = 1, #argv, 0
   while i <= na do
@@ -56,6 +60,12 @@ local function crossBatch(argv)
     for j = nargs + 1, crossNA do crossArgs[j] = nil end
     crossNA = nargs
     i = a0 + nargs + 1
+    local n = floor(nk / 2) -- crossKeys[n + j] is crossKeys[j]'s override key
+    if check then
+      crossKeys[nk + 1] = probe
+      check(crossKeys)
+      crossKeys[nk + 1] = nil
+    end
     -- The lone requests, on keys of their own, come first (as in
     -- bucketBatch): their states are read with the probe.
     local lone = 0
@@ -73,7 +83,7 @@ local function crossBatch(argv)
       crossProbeKeys[1] = probe
       for j = 1, lone do
         local key = crossKeys[j]
-        crossProbeKeys[2 * j], crossProbeKeys[2 * j + 1] = key, overrideKey(key)
+        crossProbeKeys[2 * j], crossProbeKeys[2 * j + 1] = key, crossKeys[n + j]
       end
       local r = rpcall('EXISTS', unpack(crossProbeKeys, 1, 2 * lone + 1))
       served = type(r) == 'number'

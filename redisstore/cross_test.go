@@ -252,20 +252,16 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 		took.Round(time.Millisecond), r.admitted, r.exact, 100*float64(r.admitted)/float64(max(r.exact, 1)), r.errs, st.CrossRefused())
 }
 
-// TestCrossSlotFallback: where the masters refuse the cross-slot library
-// (here an ACL user without FUNCTION LOAD, as on a managed Cluster), the
-// Store batches per slot, decides alike, and says so once in its log.
+// TestCrossSlotFallback: where the masters refuse the function library,
+// which holds the cross-slot function (here an ACL user without FUNCTION
+// LOAD on a Cluster where it was never loaded, as on a managed Cluster),
+// the Store batches per slot with scripts, decides alike, and says so once
+// in its log.
 func TestCrossSlotFallback(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	ctx := context.Background()
-	// The main library loads first (as the admin), then a user that may
-	// call functions but not load them decides.
 	var buf syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
-	warm := newStore(t, cluster.Admin(t), &redisstore.Options{Prefix: "fb:"})
-	if _, err := limiter(t, warm, floodgate.TokenBucket(1, time.Hour, 3)).Allow(ctx, "warm"); err != nil {
-		t.Fatal(err)
-	}
 	for _, s := range cluster.Servers {
 		err := s.Admin(t).Do(ctx, "ACL", "SETUSER", "noload", "on", ">pw", "~*", "&*", "+@all", "-function|load").Err()
 		if err != nil {
@@ -367,5 +363,75 @@ func TestClusterMasterHangs(t *testing.T) {
 	}
 	if healthy.Load() == 0 || hungErrs.Load() == 0 || hungOK.Load() != 0 {
 		t.Errorf("want decisions on the healthy masters, and only errors on the hung one")
+	}
+}
+
+// TestCrossSlotDeclaredKeys: the cross-slot call names only the keys it
+// passes (the key checker, CheckDeclaredKeys, run on every part's keys and
+// probe), and a key whose override the fast path cannot decide (limits of
+// other kinds, set by another process) is answered in its part with the
+// override, charged nothing there, and decided once by decide.lua with
+// the override's keys declared: every key is charged exactly once per
+// round, the others' in one script call for the master.
+func TestCrossSlotDeclaredKeys(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Base)
+	bucket := bucketAndWindow(t)[0] // a quota of 3 an hour
+	sliding, err := core.NewWindow(core.Sliding, "sliding", 50, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := core.NewWindow(core.Log, "log", 20, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prepared := func() (*redisstore.Store, core.Policy) {
+		st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "xd:", Clock: clock})
+		st.CheckDeclaredKeys()
+		pol, err := st.Prepare([]core.Spec{bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, pol
+	}
+	_, setter := prepared()
+	st, pol := prepared()
+	master := st.Partition("k0")
+	var keys []string
+	for j := 0; len(keys) < 16; j++ {
+		if k := "k" + strconv.Itoa(j); st.Partition(k) == master {
+			keys = append(keys, k)
+		}
+	}
+	overridden := map[string]bool{keys[3]: true, keys[9]: true}
+	for k := range overridden {
+		if err := setter.SetOverride(ctx, k, &core.Override{Limits: []core.Spec{sliding, log}}, core.Additive); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 4 {
+		before := st.Stats().ScriptCalls
+		ds, errs := st.TakePipeline(ctx, pol, keys, 1)
+		calls := st.Stats().ScriptCalls - before
+		for i, k := range keys {
+			d, err := ds[i], errs[i]
+			switch {
+			case err != nil:
+				t.Fatalf("round %d, key %s: %v", round, k, err)
+			case overridden[k] && (!d.Allowed || len(d.Limits) != 2 || d.Remaining != int64(19-round)):
+				t.Errorf("round %d, overridden key %s: %+v; want allowed by the override, %d remaining", round, k, d, 19-round)
+			case !overridden[k] && (d.Allowed != (round < 3) || d.Limits != nil || d.Remaining != int64(max(2-round, 0))):
+				t.Errorf("round %d, key %s: %+v; want allowed %v, %d remaining", round, k, d, round < 3, max(2-round, 0))
+			}
+		}
+		// One cross-slot call, and one decide.lua call per overridden
+		// key's slot.
+		if want := uint64(1 + len(overridden)); calls != want {
+			t.Errorf("round %d: %d script calls, want %d", round, calls, want)
+		}
+	}
+	if n := st.CrossRefused(); n != 0 {
+		t.Errorf("%d slots refused on a stable Cluster", n)
 	}
 }

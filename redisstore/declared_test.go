@@ -35,7 +35,8 @@ func scriptsOnly(o *redisstore.Options) { o.DisableFunctions = true }
 // default), an ACL's key patterns and the scripting contract want. On a
 // standalone server as functions (FCALL), as scripts (EVALSHA), and all
 // through decide.lua; through Sentinel and on a Cluster as scripts, the
-// path of a server without functions on every kind of store.
+// path of a server without functions on every kind of store; and on a
+// Cluster as functions.
 func TestDeclaredKeys(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) {
 		client := redistest.Start(t).Client(t)
@@ -61,6 +62,12 @@ func TestDeclaredKeys(t *testing.T) {
 	})
 	t.Run("cluster-scripts", func(t *testing.T) {
 		storetest.Run(t, checked(redistest.StartCluster(t, 3).Client(t), scriptsOnly))
+	})
+	// With functions: the per-slot pipelines of the fast path (the suite's
+	// batches rarely span slots; TestCrossSlotDeclaredKeys checks the
+	// cross-slot call's keys).
+	t.Run("cluster-functions", func(t *testing.T) {
+		storetest.Run(t, checked(redistest.StartCluster(t, 3).Client(t)))
 	})
 }
 

@@ -42,7 +42,7 @@ var bucketSource string
 // (the code with Go's constants written in, see protocol.go). entry is
 // scriptSet's.
 func library(prelude, entry string) (code, name string) {
-	body := expandLua(prelude + bucketSource + decideSource)
+	body := expandLua(prelude + bucketSource + decideSource + crossSource)
 	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body+entry)))[:26]
 	code = "#!lua name=" + name + "\n" + body +
 		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
@@ -69,6 +69,14 @@ func library(prelude, entry string) (code, name string) {
 		"  if not call then init() end\n" +
 		"  local keys, rest = argKeys(args)\n" + entry +
 		"  return decideBatch(keys, rest)\n" +
+		"end}\n" +
+		// The fast path's batch of every slot of a Cluster master, in
+		// parts, each with its keys as arguments (crossBatch in
+		// cross.lua, sendCross in cross.go): the same exception, one call
+		// for many slots. entry checks each part's keys.
+		"redis.register_function{function_name = '" + name + "_cross', flags = {'allow-cross-slot-keys'}, callback = function(_, args)\n" +
+		"  if not call then init() end\n" +
+		"  return crossBatch(args, " + crossCheck(entry) + ")\n" +
 		"end}\n"
 	return code, name
 }

@@ -53,7 +53,7 @@ func TestLua54(t *testing.T) {
 	}
 	// The vectors in a function of their own: the chunk's locals are near
 	// Lua's limit of 200 in one function.
-	chunk := expandLua(preludeSource+"init()\n"+bucketSource+decideSource) + "return (function()\n" + lua54Vectors + "\nend)()\n"
+	chunk := expandLua(preludeSource+"init()\n"+bucketSource+decideSource+crossSource) + "return (function()\n" + lua54Vectors + "\nend)()\n"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -22,9 +22,11 @@ import (
 // forms, overrides, errors) comes first. As scripts (EVALSHA): a line that
 // saves KEYS and ARGV, prelude, "init()", then decide.lua or bucket.lua,
 // then a line that calls decideBatch, bucketOne or bucketBatch with them
-// (scriptSet). As a Redis 7 function library (FCALL): prelude, bucket.lua
-// and decide.lua in one chunk, named by a hash of its expanded code, with
-// functions <name>_bucket, _buckets and _decide (library in fastpath.go).
+// (scriptSet). As a Redis 7 function library (FCALL): prelude, bucket.lua,
+// decide.lua and cross.lua in one chunk, named by a hash of its expanded
+// code, with functions <name>_bucket, _buckets and _decide, and the three
+// that take their keys as arguments (see Keys): _buckets_argkeys,
+// _decide_argkeys and _cross (library in fastpath.go).
 // Every number on the wire and in a state is an integer below 2^53, which
 // a double holds exactly. The code runs unchanged on Lua 5.1 (Redis,
 // Valkey) and 5.4 (Dragonfly); see TestLua54.
@@ -56,7 +58,18 @@ import (
 // TestKeysAsArgs the exception to the same results. Even under the flag,
 // one command may name keys of one slot only: decide.lua's commands each
 // name one key, but bucketBatch's MGET and EXISTS name a batch's keys,
-// so a call of the fast path across slots needs them split by slot.
+// so a call of the fast path across slots needs them split by slot. That
+// is _cross (crossBatch in cross.lua, sendCross in cross.go), the
+// exception's one use outside the tests: the fast path's batch of every
+// slot of a Cluster master, in parts of one slot each, "'>I4I4' header
+// (the part's keys and arguments), the slot's probe key, the keys, the
+// arguments", each part's keys and arguments bucketBatch's. The probe key
+// is "<first key>:probe", which floodgate never writes; the reply is a
+// record per part, CROSS_DECIDED with bucketBatch's reply, or
+// CROSS_REFUSED when the node does not serve the slot stably (nothing of
+// the part was read or written). Its requests that the fast path does not
+// decide are answered RECORD_ELSEWHERE as in bucketBatch, never "?", and
+// go on per slot to decide.lua, which declares their keys.
 //
 // # decide.lua: arguments
 //

@@ -174,9 +174,6 @@ func TestExpandLua(t *testing.T) {
 	if p := luaPlaceholder.FindString(scripts.libraryCode); p != "" {
 		t.Errorf("the function library holds the placeholder %s", p)
 	}
-	if p := luaPlaceholder.FindString(crossCode); p != "" {
-		t.Errorf("the cross-slot library holds the placeholder %s", p)
-	}
 }
 
 // The assembled code, run by Redis, holds Go's values: every constant of

@@ -16,13 +16,14 @@
 // Valkey 8.0.
 //
 // On a Cluster, the decisions that wait for one master go out together:
-// on Redis 7 in one call of a function of a second library, registered
-// with the flag allow-cross-slot-keys, which takes the keys of all the
-// master's slots as arguments (the one script that touches keys it does
-// not declare). The master refuses, untouched, a slot that it no longer
-// serves or is migrating; those requests go again, once, to the slot's
-// owner. Where a Cluster lacks functions or the flag, decisions are
-// batched per slot, and Options.Logger says so once.
+// on Redis 7 in one call of a function of the library registered with the
+// flag allow-cross-slot-keys, which takes the keys of all the master's
+// slots, computed by the client as ever, as arguments rather than
+// declared (the one exception to declared keys, see below). The master
+// refuses, untouched, a slot that it no longer serves or is migrating;
+// those requests go again, once, to the slot's owner. Where a Cluster
+// lacks functions, decisions are batched per slot, and Options.Logger
+// says so once.
 //
 // # Keys
 //
@@ -39,7 +40,9 @@
 // A key's override is <prefix>{<key>}:o beside them. Every key a script
 // names is one the client declares in KEYS, derived ones included (the
 // override key, an override's limits' keys), as the scripting contract,
-// an ACL's key patterns and Dragonfly (by default) want; the scripts run
+// an ACL's key patterns and Dragonfly (by default) want, but for a
+// Cluster's call across slots, which passes the same keys as arguments
+// (Redis refuses declared keys of several slots); the scripts run
 // unchanged on Lua 5.1 (Redis, Valkey) and 5.4 (Dragonfly).
 package redisstore
 

@@ -27,19 +27,21 @@ var (
 )
 
 // scriptSet is the scripts and the function library that a Store runs:
-// each is one chunk of prelude.lua, bucket.lua and decide.lua, with an
-// entry that calls bucketOne, bucketBatch or decideBatch with the call's
-// keys and arguments (see protocol.go's Assembly). It is immutable.
+// each is one chunk of prelude.lua, bucket.lua and decide.lua (and the
+// library cross.lua), with an entry that calls bucketOne, bucketBatch,
+// decideBatch or crossBatch with the call's keys and arguments (see
+// protocol.go's Assembly). It is immutable.
 type scriptSet struct {
 	// The scripts, for a Redis without functions (see library): go-redis
 	// runs each with EVALSHA, and falls back to EVAL (which loads it) when
 	// Redis answers NOSCRIPT.
 	bucket, buckets, decide *redis.Script
 	// The function library, its name, and its functions' names; the
-	// last two take their keys as arguments (argKeysArgs).
-	libraryCode, libraryName          string
-	bucketFn, bucketsFn, decideFn     string
-	bucketsArgKeysFn, decideArgKeysFn string
+	// last three take their keys as arguments (argKeysArgs, and crossFn
+	// a Cluster master's parts, see cross.go).
+	libraryCode, libraryName                   string
+	bucketFn, bucketsFn, decideFn              string
+	bucketsArgKeysFn, decideArgKeysFn, crossFn string
 }
 
 // argKeysFn returns the function of the library that does what fn does
@@ -95,6 +97,7 @@ func newScriptSet(prelude, entry string) *scriptSet {
 	set.libraryCode, set.libraryName = library(prelude, entry)
 	set.bucketFn, set.bucketsFn, set.decideFn = set.libraryName+"_bucket", set.libraryName+"_buckets", set.libraryName+"_decide"
 	set.bucketsArgKeysFn, set.decideArgKeysFn = set.bucketsFn+"_argkeys", set.decideFn+"_argkeys"
+	set.crossFn = set.libraryName + "_cross"
 	return set
 }
 
