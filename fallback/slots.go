@@ -137,14 +137,17 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 			return core.SlotVerdict{}, 0, err
 		}
 		b.failed(err)
+		if op.Kind != core.Acquire {
+			return core.SlotVerdict{}, 0, fmt.Errorf("%w: fallback: the primary store failed to %s the permit, which only it holds: %w", floodgate.ErrStore, opVerb(op.Kind), err)
+		}
+	} else if op.Kind != core.Acquire {
+		// The local store does not hold the permit, and the primary, which
+		// does, cannot be asked: a store failure, not "not held", so that a
+		// holder extending it tries again rather than giving up its work.
+		// Left alone, the primary's permit expires after its lease.
+		return core.SlotVerdict{}, 0, fmt.Errorf("%w: fallback: the primary store is failing; the permit, which only it holds, cannot be %s until it recovers", floodgate.ErrStore, opPast(op.Kind))
 	}
 	s.stats.fallbacks.Add(1)
-	if op.Kind != core.Acquire {
-		// The primary cannot be asked, and the local store does not hold
-		// the permit: it is not held here; the primary's copy expires
-		// after its lease.
-		return core.SlotVerdict{}, p.source(), nil
-	}
 	now := s.clock.Now().UnixMicro()
 	switch s.mode {
 	case FailOpen:
@@ -213,4 +216,19 @@ func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op core.S
 		b.fails.Store(0)
 	}
 	return v, err
+}
+
+// opVerb and opPast name a release or an extend in errors.
+func opVerb(k core.SlotOpKind) string {
+	if k == core.Release {
+		return "release"
+	}
+	return "extend"
+}
+
+func opPast(k core.SlotOpKind) string {
+	if k == core.Release {
+		return "released"
+	}
+	return "extended"
 }

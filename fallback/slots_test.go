@@ -2,6 +2,7 @@ package fallback_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -60,10 +61,13 @@ func TestSlotsFallback(t *testing.T) {
 				local = append(local, r.Permit)
 			}
 		}
-		// The primary's permit cannot be released while it fails: not
-		// held here, and it expires there after its lease.
-		if r, err := c.Release(ctx, fromStore.Permit); err != nil || r.Allowed {
-			t.Fatalf("release of the primary's permit while failing: %+v %v", r, err)
+		// The primary's permit cannot be released or extended while it
+		// fails: a store failure, so that its holder tries again, not
+		// "not held"; left alone, it expires there after its lease.
+		for _, op := range []func(context.Context, floodgate.Permit) (floodgate.SlotResult, error){c.Release, c.Extend} {
+			if r, err := op(ctx, fromStore.Permit); !errors.Is(err, floodgate.ErrStore) {
+				t.Fatalf("release or extend of the primary's permit while failing: %+v %v, want ErrStore", r, err)
+			}
 		}
 		f.primary.mode.Store(int32(healthy))
 		if r, err := c.Extend(ctx, local[0]); err != nil || !r.Allowed || r.Source != floodgate.SourceLocal {
