@@ -31,8 +31,9 @@ type Explanation struct {
 	// Decides is the index in Limits of the limit that decides: the one
 	// closest to denying, as a check reports it.
 	Decides int `json:"decides"`
-	// Allowed says whether a check of cost 1 would pass every limit now;
-	// a shadow rule lets it through either way.
+	// Allowed says whether a check of cost 1 would pass every limit now,
+	// by the limits alone: a shadow rule (Shadow) lets a request through
+	// even when it is false.
 	Allowed bool `json:"allowed"`
 	// Store says what answers for the key.
 	Store ExplainStore `json:"store"`
