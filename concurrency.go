@@ -214,3 +214,98 @@ func AcquireGroup(ctx context.Context, c *Concurrency, key string, reqs []Reques
 	rel.Allowed, rel.Permit = false, Permit{}
 	return rel, nil
 }
+
+// SlotInspection is what Concurrency.Inspect reports of a key's slots.
+type SlotInspection struct {
+	// Limit is N, the most permits held at once.
+	Limit int64
+	// Held is how many permits are live now.
+	Held int64
+	// FreeAfter is how long until the earliest live permit expires: when
+	// a slot frees at the latest, sooner if one is released. 0 when none
+	// is held.
+	FreeAfter time.Duration
+	// Earliest is when that permit expires, on the store's clock; the
+	// zero Time when none is held.
+	Earliest time.Time
+	// Source says who answered: the store, or a fallback's mode.
+	Source Source
+	// Fallback is set when the store is a fallback store (package
+	// fallback); nil otherwise.
+	Fallback *FallbackSlotInspection
+}
+
+// FallbackSlotInspection is what a fallback store reports of a key's
+// slots.
+type FallbackSlotInspection struct {
+	// Mode is the failure mode: "local", "fail-open" or "fail-closed".
+	Mode string
+	// Degraded reports that the key's primary is failing: the mode
+	// answers acquires.
+	Degraded bool
+	// Instances is how many processes share the limit.
+	Instances int64
+	// LocalLimit is the local store's share of N (N/Instances, at least
+	// 1), in the local mode; 0 otherwise.
+	LocalLimit int64
+	// LocalHeld is how many permits the local store holds on the key:
+	// granted while the primary failed, held until released or expired.
+	LocalHeld int64
+	// LocalFreeAfter is how long until the earliest of them expires; 0
+	// when none is held.
+	LocalFreeAfter time.Duration
+}
+
+// Inspect reports key's live permits and when the earliest expires,
+// without changing anything: it is for explaining decisions, not for
+// making them, since another process may take or give back a slot the
+// moment after. It needs a store whose slots implement
+// core.SlotInspector, as the memory, Redis and fallback stores' do; with
+// another, the error wraps errors.ErrUnsupported. Its other errors are
+// Acquire's.
+func (c *Concurrency) Inspect(ctx context.Context, key string) (SlotInspection, error) {
+	si, ok := c.policy.(core.SlotInspector)
+	if !ok {
+		return SlotInspection{}, fmt.Errorf("floodgate: the store cannot inspect a key's slots: %w", errors.ErrUnsupported)
+	}
+	if err := core.CheckKey(key); err != nil {
+		return SlotInspection{}, err
+	}
+	in, err := si.InspectSlots(ctx, key)
+	if err != nil {
+		return SlotInspection{}, err
+	}
+	out := SlotInspection{Limit: c.spec.Slots, Held: in.Held, Source: in.Source}
+	out.Earliest, out.FreeAfter = earliest(&in)
+	if in.Source == SourceLocal {
+		if sh, err := c.spec.Share(max(1, instancesOf(in.Fallback))); err == nil {
+			out.Limit = sh.Slots
+		}
+	}
+	if fb := in.Fallback; fb != nil {
+		out.Fallback = &FallbackSlotInspection{Mode: fb.Mode, Degraded: fb.Degraded, Instances: fb.Instances}
+		if fb.Local != nil {
+			if sh, err := c.spec.Share(max(1, fb.Instances)); err == nil {
+				out.Fallback.LocalLimit = sh.Slots
+			}
+			out.Fallback.LocalHeld = fb.Local.Held
+			_, out.Fallback.LocalFreeAfter = earliest(fb.Local)
+		}
+	}
+	return out, nil
+}
+
+func instancesOf(fb *core.SlotFallbackInspection) int64 {
+	if fb == nil {
+		return 1
+	}
+	return fb.Instances
+}
+
+// earliest is in's earliest expiry as a time and as the time left.
+func earliest(in *core.SlotInspection) (time.Time, time.Duration) {
+	if in.Held == 0 || in.Earliest == 0 {
+		return time.Time{}, 0
+	}
+	return time.UnixMicro(in.Earliest), time.Duration(max(0, in.Earliest-in.Now)) * time.Microsecond
+}

@@ -132,3 +132,26 @@ func (ms *memSlots) slotKeys() int {
 	}
 	return n
 }
+
+var _ core.SlotInspector = (*memSlotPolicy)(nil)
+
+// InspectSlots implements core.SlotInspector: it reads the key's permits
+// under its shard's lock, and drops nothing.
+func (p *memSlotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.SlotInspection{}, err
+	}
+	if p.s.closed.Load() {
+		return core.SlotInspection{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return core.SlotInspection{}, err
+	}
+	ms := &p.s.slots
+	sh := &ms.shards[maphash.String(ms.seed, key)%uint64(len(ms.shards))]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	in := sh.keys[key].InspectState(p.s.now())
+	in.Source = core.SourceStore
+	return in, nil
+}

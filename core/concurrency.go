@@ -347,3 +347,65 @@ type SlotPolicy interface {
 	// acquire's permit then expires after its lease at the latest.
 	Slot(ctx context.Context, key string, op SlotOp) (SlotVerdict, Source, error)
 }
+
+// SlotInspector is implemented by a SlotPolicy that can report a key's
+// slots without changing them, as the memory, Redis and fallback stores'
+// do. It is for explaining decisions (floodgate serve's explain API), not
+// for making them: another process may take or give back a slot the
+// moment after.
+type SlotInspector interface {
+	// InspectSlots reports key's live permits at the store's time,
+	// changing nothing: expired permits are not dropped, a key's TTL is
+	// not touched. Errors: CheckKey's, the context's, ErrStore (ErrKey
+	// for that key alone), ErrClosed.
+	InspectSlots(ctx context.Context, key string) (SlotInspection, error)
+}
+
+// SlotInspection is what SlotInspector.InspectSlots reports of a key.
+type SlotInspection struct {
+	// Now is the store's time of the look, µs since the epoch.
+	Now int64
+	// Held is how many permits are live at Now.
+	Held int64
+	// Earliest is the expiry (µs since the epoch) of the live permit that
+	// expires first: when a slot frees at the latest, unless one is
+	// released sooner. 0 when none is held.
+	Earliest int64
+	// Source says who answered: the store, or a fallback's mode while
+	// its primary fails.
+	Source Source
+	// Fallback is set by a fallback store; nil otherwise.
+	Fallback *SlotFallbackInspection
+}
+
+// SlotFallbackInspection is what a fallback store reports of a key's
+// slots besides its primary's.
+type SlotFallbackInspection struct {
+	// Mode is the failure mode: "local", "fail-open" or "fail-closed".
+	Mode string
+	// Degraded reports that the key's primary is failing (its breaker is
+	// open, or it failed to answer the look): the mode answers acquires.
+	Degraded bool
+	// Instances is how many processes share the limit: the local store
+	// holds N/Instances slots (at least 1) while the primary fails.
+	Instances int64
+	// Local is the local store's slots of the key, in the local mode:
+	// permits granted while the primary failed, held until released or
+	// expired even once it answers again. Nil in the other modes.
+	Local *SlotInspection
+}
+
+// InspectState is what a store that keeps st holds for the key at now:
+// its live permits and the earliest expiry among them.
+func (st SlotState) InspectState(now int64) SlotInspection {
+	in := SlotInspection{Now: now}
+	for _, p := range st.Permits {
+		if p.Expiry > now {
+			in.Held++
+			if in.Earliest == 0 || p.Expiry < in.Earliest {
+				in.Earliest = p.Expiry
+			}
+		}
+	}
+	return in
+}

@@ -232,3 +232,76 @@ func opPast(k core.SlotOpKind) string {
 	}
 	return "extended"
 }
+
+var _ core.SlotInspector = (*slotPolicy)(nil)
+
+// InspectSlots implements core.SlotInspector: the primary's slots of key
+// while its breaker is closed and it answers within the budget, else the
+// mode's (the local store's in Local mode; none held in FailOpen, all in
+// FailClosed); and beside them, in Local mode, the local store's permits
+// of the key, which are held until released or expired whoever answers.
+// A primary or local store that cannot inspect gives an error wrapping
+// errors.ErrUnsupported.
+func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.SlotInspection{}, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.SlotInspection{}, floodgate.ErrClosed
+	}
+	fb := &core.SlotFallbackInspection{Mode: s.mode.String(), Instances: s.instances}
+	if p.local != nil {
+		li, ok := p.local.(core.SlotInspector)
+		if !ok {
+			return core.SlotInspection{}, fmt.Errorf("fallback: the local store cannot inspect a key's slots: %w", errors.ErrUnsupported)
+		}
+		local, err := li.InspectSlots(ctx, key)
+		if err != nil {
+			return core.SlotInspection{}, err
+		}
+		local.Source = core.SourceLocal
+		fb.Local = &local
+	}
+	b := s.breaker(key)
+	if !b.degraded.Load() {
+		pi, ok := p.primary.(core.SlotInspector)
+		if !ok {
+			return core.SlotInspection{}, fmt.Errorf("fallback: the primary store cannot inspect a key's slots: %w", errors.ErrUnsupported)
+		}
+		cctx, cancel := ctx, context.CancelFunc(nil)
+		if s.budget > 0 {
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.budget {
+				cctx, cancel = context.WithTimeout(ctx, s.budget)
+			}
+		}
+		in, err := pi.InspectSlots(cctx, key)
+		if cancel != nil {
+			cancel()
+		}
+		switch {
+		case err == nil:
+			in.Fallback = fb
+			return in, nil
+		case ctx.Err() != nil:
+			return core.SlotInspection{}, ctx.Err()
+		case core.IsInvalidInput(err), errors.Is(err, floodgate.ErrKey):
+			return core.SlotInspection{}, err
+		}
+		// A look that fails does not count against the breaker: it
+		// decides nothing.
+	}
+	fb.Degraded = true
+	now := s.clock.Now().UnixMicro()
+	var in core.SlotInspection
+	switch s.mode {
+	case FailOpen:
+		in = core.SlotInspection{Now: now, Source: core.SourceFailOpen}
+	case FailClosed:
+		in = core.SlotInspection{Now: now, Held: p.spec.Slots, Earliest: now + s.interval.Microseconds(), Source: core.SourceFailClosed}
+	default:
+		in = *fb.Local
+	}
+	in.Fallback = fb
+	return in, nil
+}

@@ -364,3 +364,35 @@ func (s *Store) slotResults(calls []*slotCall, res []any, err error) {
 		}
 	}
 }
+
+//go:embed slotspeek.lua
+var slotsPeekSource string
+
+var slotsPeekScript = redis.NewScript(slotsPeekSource)
+
+var _ core.SlotInspector = (*slotPolicy)(nil)
+
+// InspectSlots implements core.SlotInspector: one script call of its own
+// (slotspeek.lua, read-only, within ACLCommands), not batched, since it
+// serves the explain API and not decisions.
+func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+	if err := core.CheckKey(key); err != nil {
+		return core.SlotInspection{}, err
+	}
+	s := p.s
+	if s.closed.Load() {
+		return core.SlotInspection{}, core.ErrClosed
+	}
+	now := int64(-1)
+	if s.clock != nil {
+		now = s.clock.Now().UnixMicro()
+	}
+	res, err := slotsPeekScript.Run(ctx, s.client, []string{s.slotKey(key)}, now).Int64Slice()
+	if err != nil {
+		return core.SlotInspection{}, s.wrap(ctx, err)
+	}
+	if len(res) != 3 {
+		return core.SlotInspection{}, fmt.Errorf("%w: %w", core.ErrStore, errSlotReply)
+	}
+	return core.SlotInspection{Now: res[0], Held: res[1], Earliest: res[2], Source: core.SourceStore}, nil
+}

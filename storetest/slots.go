@@ -161,6 +161,81 @@ func RunSlotScenario(t *testing.T, newStore NewStore, sc SlotScenario) {
 		if got != want {
 			t.Fatalf("step %d (%s at %s):\n got %+v\nwant %+v", i, s.Permit, s.At, got, want)
 		}
+		checkInspect(t, c, key, want, fmt.Sprintf("step %d (%s at %s)", i, s.Permit, s.At))
+	}
+}
+
+// checkInspect checks that a look at key's slots, right after a step
+// whose result is want, tells the same: the permits held, and for a
+// denied acquire when the next slot frees. A store whose slots cannot be
+// inspected passes.
+func checkInspect(t *testing.T, c *floodgate.Concurrency, key string, want floodgate.SlotResult, step string) {
+	t.Helper()
+	in, err := c.Inspect(context.Background(), key)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s: inspect: %v", step, err)
+	}
+	if in.Held != want.Held || in.Limit != want.Limit || in.Source != floodgate.SourceStore {
+		t.Fatalf("%s: inspect: %+v, want %d of %d held, from the store", step, in, want.Held, want.Limit)
+	}
+	if want.RetryAfter > 0 && in.FreeAfter != want.RetryAfter {
+		t.Fatalf("%s: inspect: a slot frees in %s, want %s", step, in.FreeAfter, want.RetryAfter)
+	}
+	if (in.Held == 0) != (in.FreeAfter == 0) || (in.Held == 0) != in.Earliest.IsZero() {
+		t.Fatalf("%s: inspect: %+v: FreeAfter and Earliest are set when, and only when, a permit is held", step, in)
+	}
+}
+
+// runSlotInspect checks Concurrency.Inspect: a fresh key holds nothing,
+// the earliest expiry is the earliest live permit's, an expired permit is
+// not counted, a bad key is an error, and a look changes nothing.
+func runSlotInspect(t *testing.T, newStore NewStore) {
+	clock := NewClock(Base)
+	st := slotStore(t, newStore, clock)
+	c, err := floodgate.NewConcurrency(st, 3, 10*sec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in, err := c.Inspect(ctx, "k")
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip(err)
+	}
+	if err != nil || in.Held != 0 || in.Limit != 3 || in.FreeAfter != 0 || !in.Earliest.IsZero() {
+		t.Fatalf("fresh key: %+v %v", in, err)
+	}
+	if _, err := c.Inspect(ctx, ""); !errors.Is(err, floodgate.ErrInvalidKey) {
+		t.Errorf("empty key: %v", err)
+	}
+	for _, at := range []time.Duration{0, 2 * sec, 4 * sec} {
+		clock.Set(Base.Add(at))
+		if r, err := c.Acquire(ctx, "k"); err != nil || !r.Allowed {
+			t.Fatal(r, err)
+		}
+	}
+	for _, tc := range []struct {
+		at        time.Duration
+		held      int64
+		freeAfter time.Duration
+	}{
+		{5 * sec, 3, 5 * sec},
+		{10 * sec, 2, 2 * sec}, // the first expired at 10s: [0, 10s)
+		{12*sec + us, 1, 2*sec - us},
+		{14 * sec, 0, 0},
+		// The clock steps back: the permits were not dropped by a look.
+		{5 * sec, 3, 5 * sec},
+	} {
+		clock.Set(Base.Add(tc.at))
+		in, err := c.Inspect(ctx, "k")
+		if err != nil || in.Held != tc.held || in.FreeAfter != tc.freeAfter {
+			t.Fatalf("at %s: %+v %v, want %d held, free after %s", tc.at, in, err, tc.held, tc.freeAfter)
+		}
+		if tc.held > 0 && !in.Earliest.Equal(Base.Add(tc.at+tc.freeAfter)) {
+			t.Fatalf("at %s: earliest %s", tc.at, in.Earliest.Sub(Base))
+		}
 	}
 }
 
@@ -177,6 +252,7 @@ func RunSlots(t *testing.T, newStore NewStore) {
 	t.Run("errors", func(t *testing.T) { runSlotErrors(t, newStore) })
 	t.Run("group", func(t *testing.T) { runSlotGroup(t, newStore) })
 	t.Run("goroutines", func(t *testing.T) { runSlotGoroutines(t, newStore) })
+	t.Run("inspect", func(t *testing.T) { runSlotInspect(t, newStore) })
 }
 
 func runSlotErrors(t *testing.T, newStore NewStore) {
