@@ -10,7 +10,9 @@ import (
 
 // explain answers GET /v1/explain?rule=R&key=K: why a check of the key
 // under the rule is decided as it is now (service.Explanation), charging
-// nothing. A missing rule or key, or a key over the maximum, gets 400; an
+// nothing; for a concurrency rule, its slots held on the key, when the
+// earliest frees, and the rate rules an acquire decides with them,
+// acquiring nothing. A missing rule or key, or a key over the maximum, gets 400; an
 // unknown rule 404; a store that cannot inspect 501; a failing store 503.
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()

@@ -70,6 +70,16 @@ func TestSlotEndpoints(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d %q", tc.path, tc.body, code, body, tc.status, tc.want)
 		}
 	}
+	// GET /v1/explain takes a concurrency rule, and acquires nothing.
+	post("/v1/acquire", `{"rule":"llm","key":"u3"}`)
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/explain?rule=llm&key=u3", nil))
+		if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, `"concurrency":{"slots":1,"lease_ms":30000,"held":1,"free_in_ms":30000}`) ||
+			!strings.Contains(body, `"allowed":false`) || !strings.Contains(body, "an acquire would be denied: all 1 slot is held") {
+			t.Fatalf("GET /v1/explain?rule=llm&key=u3: %d %s", rec.Code, body)
+		}
+	}
 	if rec := httptest.NewRecorder(); true {
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/acquire", nil))
 		if rec.Code != http.StatusMethodNotAllowed {

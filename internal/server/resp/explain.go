@@ -8,7 +8,8 @@ import (
 )
 
 // explain serves FG.EXPLAIN <rule> <key> [JSON]: why a check of key under
-// rule is decided as it is now, charging nothing (service.Explain). It
+// rule is decided as it is now, charging nothing (service.Explain); rule
+// may be a concurrency rule, whose slots it looks at, acquiring nothing. It
 // replies with the explanation's sentences, one bulk string each, or with
 // JSON, the explanation as GET /v1/explain gives it, in one bulk string.
 func (c *conn) explain(ctx context.Context, args []string) {

@@ -56,10 +56,17 @@ func TestSlotCommands(t *testing.T) {
 		{[]string{"FG.RELEASE", "llm", "u1"}, "-ERR wrong number of arguments for 'fg.release' command"},
 		{[]string{"FG.ACQUIRE", "llm"}, "-ERR wrong number of arguments for 'fg.acquire' command"},
 		{[]string{"FG.ACQUIRE", "nope", "u1"}, "-ERR unknown rule \"nope\""},
+		// FG.EXPLAIN takes a concurrency rule, and acquires nothing.
+		{[]string{"FG.ACQUIRE", "llm", "u3"}, "*5\r\n:1\r\n"},
+		{[]string{"FG.EXPLAIN", "llm", "u3"}, "*4\r\n$130\r\nkey \"u3\" is checked against concurrency rule \"llm\": 1 slot, each permit held until released, or for a lease of 30s unless extended\r\n$121\r\n1 of 1 slots are held now; the earliest permit expires in 30s"},
+		{[]string{"FG.EXPLAIN", "llm", "u3", "JSON"}, `$`},
 	} {
 		if got := do(tc.args...); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%v: %q, want %q", tc.args, got, tc.want)
 		}
+	}
+	if got := do("FG.EXPLAIN", "llm", "u3", "JSON"); !strings.Contains(got, `"concurrency":{"slots":1,"lease_ms":30000,"held":1,"free_in_ms":30000}`) {
+		t.Errorf("FG.EXPLAIN llm u3 JSON: %q", got)
 	}
 }
 

@@ -29,11 +29,17 @@ type Explanation struct {
 	// Limits are the limits in force, each with its state now.
 	Limits []ExplainLimit `json:"limits"`
 	// Decides is the index in Limits of the limit that decides: the one
-	// closest to denying, as a check reports it.
+	// closest to denying, as a check reports it; -1 for a concurrency
+	// rule.
 	Decides int `json:"decides"`
+	// Concurrency is set when Rule is a concurrency rule: its slots on
+	// the key, and the rate rules an acquire decides with them. Limits is
+	// then empty.
+	Concurrency *ExplainConcurrency `json:"concurrency,omitempty"`
 	// Allowed says whether a check of cost 1 would pass every limit now,
 	// by the limits alone: a shadow rule (Shadow) lets a request through
-	// even when it is false.
+	// even when it is false. For a concurrency rule, whether an acquire
+	// would get a slot and pass its rate rules.
 	Allowed bool `json:"allowed"`
 	// Store says what answers for the key.
 	Store ExplainStore `json:"store"`
@@ -113,6 +119,9 @@ type ExplainFallback struct {
 func (s *Service) Explain(ctx context.Context, rule, key string) (Explanation, error) {
 	if rule == "" {
 		return Explanation{}, fmt.Errorf("%w: rule is required", ErrBadRequest)
+	}
+	if _, ok := s.rules.Load().slots[rule]; ok {
+		return s.explainSlots(ctx, rule, key)
 	}
 	r, err := s.lookup(rule, key)
 	if err != nil {
