@@ -64,6 +64,10 @@ type DescriptorExplanation struct {
 	// ReplacedBy lists the descriptors of the request (their indexes)
 	// whose limit replaces this one's: then it does not apply.
 	ReplacedBy []int `json:"replaced_by,omitempty"`
+	// Concurrency is set when the descriptor is a concurrency limit
+	// (floodgate's extension): its slots on the key now. Limit and State
+	// are then unset.
+	Concurrency *ExplainSlots `json:"concurrency,omitempty"`
 	// Hits is what the request would charge it.
 	Hits int64 `json:"hits"`
 	// State is the limit's state now, in Envoy's terms: a counting
@@ -166,6 +170,16 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Exp
 			de.Why = append(de.Why, fmt.Sprintf("the descriptor carries its own limit, %d per %s: it applies in place of the domain's", l.RequestsPerUnit, strings.ToLower(l.Unit.String())))
 			continue
 		}
+		if dom.cfg.HasConcurrency {
+			if done, err := s.explainSlots(ctx, req.Domain, dom, d, de); err != nil {
+				return Explanation{}, err
+			} else if done {
+				if de.Code == "OVER_LIMIT" {
+					e.OverallCode = "OVER_LIMIT"
+				}
+				continue
+			}
+		}
 		steps, m := dom.cfg.Trace(entries(d.GetEntries()))
 		de.Match, de.Why = explainSteps(steps, len(de.Entries), m)
 		if m.Limit == nil {
@@ -185,6 +199,9 @@ func (s *Service) Explain(ctx context.Context, req *rlsv3.RateLimitRequest) (Exp
 	quotas, quotasOver := 0, 0
 	for i := range xs {
 		x, de := &xs[i], &e.Descriptors[i]
+		if de.Concurrency != nil {
+			continue
+		}
 		if x.limit == nil {
 			de.Code = "OK"
 			continue
@@ -334,7 +351,7 @@ func overallWhy(e *Explanation) []string {
 		if d.Code == "OVER_LIMIT" {
 			over = append(over, strconv.Itoa(i))
 		}
-		if d.State != nil || (d.Limit != nil && d.ReplacedBy == nil && !d.Limit.Unlimited) {
+		if d.State != nil || d.Concurrency != nil || (d.Limit != nil && d.ReplacedBy == nil && !d.Limit.Unlimited) {
 			limited = append(limited, strconv.Itoa(i))
 		}
 	}

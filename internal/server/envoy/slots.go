@@ -96,11 +96,7 @@ func (s *Service) slotsFirst(ctx context.Context, req *rlsv3.RateLimitRequest) (
 		if err != nil {
 			return nil, true, err
 		}
-		key := "s" + envoyKey(req.Domain, pb, nil)
-		if len(key) > floodgate.MaxKeyLen {
-			sum := sha256.Sum256([]byte(key))
-			key = "S" + hex.EncodeToString(sum[:])
-		}
+		key := slotKey(req.Domain, pb)
 		c := slotCheck{index: i, policy: p, key: key, release: release}
 		if permit != "" {
 			sum := sha256.Sum256([]byte(permit))
@@ -197,6 +193,17 @@ func (s *Service) undoSlots(acquired []*slotCheck) {
 // slotEntries returns a descriptor's entries without floodgate's (as
 // config's and as Envoy's), and the permit entry's value and whether the
 // release marker is there.
+// slotKey is the store key of a concurrency descriptor's slots: its
+// entries but the markers, hashed when too long.
+func slotKey(domain string, pb []*rlcommon.RateLimitDescriptor_Entry) string {
+	key := "s" + envoyKey(domain, pb, nil)
+	if len(key) > floodgate.MaxKeyLen {
+		sum := sha256.Sum256([]byte(key))
+		key = "S" + hex.EncodeToString(sum[:])
+	}
+	return key
+}
+
 func slotEntries(es []*rlcommon.RateLimitDescriptor_Entry) (out []config.Entry, pb []*rlcommon.RateLimitDescriptor_Entry, permit string, release bool) {
 	out = make([]config.Entry, 0, len(es))
 	for _, e := range es {
