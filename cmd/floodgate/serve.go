@@ -539,10 +539,11 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 	// anything is served.
 	var board *dash.Dashboard
 	var onSwitch func(fallback.State)
-	var onDenied func(rule, key string)
+	var onDenied, onAcquired func(rule, key string)
 	if f.ui {
 		onSwitch = func(s fallback.State) { board.Switched(s) }
 		onDenied = func(rule, key string) { board.Denied(rule, key) }
+		onAcquired = func(rule, key string) { board.Acquired(rule, key) }
 	}
 	tr, err := startTracing(f.traceCfg, root.With("component", "tracing"))
 	if err != nil {
@@ -571,7 +572,7 @@ func serveFlagsCmd(ctx context.Context, f *serveFlags, stdout, stderr io.Writer,
 		eo = f.upstream.envoy
 	}
 	eo.StopIncrementWhenOverLimit, eo.RateLimitHeaders, eo.StatsD = f.stopIncrement, f.rlsHeaders, sink
-	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, MergeDomains: f.mergeDomains,
+	rl, err := envoy.New(st.store, cfg, &service.Options{Fallback: st.fallback, Memory: st.memory, Logger: root.With("component", "service"), OnDenied: onDenied, OnAcquired: onAcquired, MergeDomains: f.mergeDomains,
 		TracerProvider: tp, TraceKeys: f.trace.keys}, &eo)
 	if err != nil {
 		fmt.Fprintf(stderr, "floodgate serve: %v\n", err)

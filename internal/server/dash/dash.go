@@ -6,11 +6,14 @@
 // a sampler goroutine reads the service's cumulative counters every Step
 // and keeps the last Window of them, per rule, in fixed rings. The only
 // work per decision is on a denial, which counts the denied key in a
-// bounded heavy-hitters sketch (see topKeys). Nothing is computed for the
-// page until it asks.
+// bounded heavy-hitters sketch (see topKeys), and on a granted acquire of
+// a concurrency rule, which counts its key in another. Nothing is
+// computed for the page until it asks; then it looks at the slots held by
+// a bounded few of the keys that acquired most (Snapshot.Concurrency).
 package dash
 
 import (
+	"context"
 	"embed"
 	"io/fs"
 	"net/http"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/service"
 )
 
@@ -83,7 +87,10 @@ type Dashboard struct {
 	svc *service.Service
 	o   Options
 	top *topKeys
-	n   int // points per ring
+	// holders counts the granted acquires per concurrency rule and key,
+	// as top counts denials.
+	holders *topKeys
+	n       int // points per ring
 
 	mu      sync.Mutex
 	times   []int64 // unix ms of each sample, a ring of n
@@ -137,7 +144,7 @@ func New(svc *service.Service, opts *Options) *Dashboard {
 		o.TopCounters = 1024
 	}
 	n := max(2, int(o.Window/o.Step))
-	d := &Dashboard{svc: svc, o: o, top: newTopKeys(o.TopCounters), n: n, times: make([]int64, n),
+	d := &Dashboard{svc: svc, o: o, top: newTopKeys(o.TopCounters), holders: newTopKeys(o.TopCounters), n: n, times: make([]int64, n),
 		rules: map[string]*ruleSeries{}, stop: make(chan struct{}), done: make(chan struct{})}
 	d.latency = latencySeries{p50: make([]float32, n), p99: make([]float32, n), mean: make([]float32, n)}
 	d.sample(time.Now(), true)
@@ -148,6 +155,10 @@ func New(svc *service.Service, opts *Options) *Dashboard {
 // Denied counts a denial of key under rule; give it to service.Options
 // as OnDenied.
 func (d *Dashboard) Denied(rule, key string) { d.top.Add(rule, key) }
+
+// Acquired counts a granted acquire of key under the concurrency rule
+// rule; give it to service.Options as OnAcquired.
+func (d *Dashboard) Acquired(rule, key string) { d.holders.Add(rule, key) }
 
 // Switched records a switch of the fallback store; give it to
 // fallback.Options as OnSwitch.
@@ -180,6 +191,7 @@ func (d *Dashboard) run() {
 			d.sample(now, false)
 		case <-rotate.C:
 			d.top.rotate()
+			d.holders.rotate()
 		}
 	}
 }
@@ -268,7 +280,50 @@ type Snapshot struct {
 	Series  map[string]Series   `json:"series"`
 	Top     map[string][]TopKey `json:"top"` // per rule, the keys denied most in the last TopWindow or two
 	TopErr  uint64              `json:"top_error_bound"`
+	// Concurrency are the concurrency rules, sorted by name, each with
+	// the keys that acquired most through this instance; their denials
+	// are in Top under the rule's name.
+	Concurrency []SlotRule `json:"concurrency"`
+	// HoldersErr bounds the error of a holder's Acquires, as TopErr does.
+	HoldersErr uint64 `json:"holders_error_bound"`
 }
+
+// SlotRule is what the page shows of a concurrency rule.
+type SlotRule struct {
+	Name    string   `json:"name"`
+	Slots   int64    `json:"slots"`
+	LeaseMs int64    `json:"lease_ms"`
+	Rates   []string `json:"rates,omitempty"` // the rate rules decided with it
+	// Holders are the keys that acquired most through this instance in
+	// the last TopWindow or two, most first, each with its slots held now
+	// across every instance, read from the store (service.Explain) when
+	// the page asks.
+	Holders []Holder `json:"holders"`
+}
+
+// Holder is a key of a concurrency rule that acquired often.
+type Holder struct {
+	Key string `json:"key"`
+	// Acquires counts its granted acquires through this instance, at most
+	// Error more than the truth.
+	Acquires uint64 `json:"acquires"`
+	Error    uint64 `json:"error"`
+	// Held is how many of its slots are held now, by every instance; -1
+	// when the store could not tell (an error, or the page's budget of
+	// looks spent).
+	Held int64 `json:"held"`
+	// FreeInMs is the time until its earliest permit expires; null when
+	// none is held or Held is -1.
+	FreeInMs *int64 `json:"free_in_ms"`
+}
+
+// The bounds on the looks at the store that a snapshot takes: the
+// holders shown per rule, the looks in all, and their time.
+const (
+	holdersPerRule = 5
+	maxHolderLooks = 20
+	holderLookTime = time.Second
+)
 
 // Store is the store's health.
 type Store struct {
@@ -344,8 +399,40 @@ func (d *Dashboard) Snapshot() Snapshot {
 	s.Store.Events = append([]Event{}, d.events...)
 	d.mu.Unlock()
 	s.Top, s.TopErr = top, topErr
+	s.Concurrency, s.HoldersErr = d.slotRules(cfg)
 	sort.Slice(s.Rules, func(i, j int) bool { return s.Rules[i].Name < s.Rules[j].Name })
 	return s
+}
+
+// slotRules describes cfg's concurrency rules and their top holders,
+// looking at the store for at most maxHolderLooks of them within
+// holderLookTime: what a page costs the store is bounded, whatever the
+// rules and keys.
+func (d *Dashboard) slotRules(cfg *config.Config) ([]SlotRule, uint64) {
+	out := []SlotRule{}
+	if len(cfg.Concurrency) == 0 {
+		return out, 0
+	}
+	top, bound := d.holders.Top(holdersPerRule)
+	ctx, cancel := context.WithTimeout(context.Background(), holderLookTime)
+	defer cancel()
+	looks := 0
+	for _, sl := range cfg.Concurrency {
+		r := SlotRule{Name: sl.Name, Slots: sl.Slots, LeaseMs: sl.Lease.Milliseconds(), Rates: sl.Rules, Holders: []Holder{}}
+		for _, k := range top[sl.Name] {
+			h := Holder{Key: k.Key, Acquires: k.Count, Error: k.Error, Held: -1}
+			if looks < maxHolderLooks && ctx.Err() == nil {
+				looks++
+				if e, err := d.svc.Explain(ctx, sl.Name, k.Key); err == nil && e.Concurrency != nil {
+					h.Held, h.FreeInMs = e.Concurrency.Held, e.Concurrency.FreeInMs
+				}
+			}
+			r.Holders = append(r.Holders, h)
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, bound
 }
 
 func isZero(v []float32) bool {

@@ -110,3 +110,68 @@ func TestSnapshotRedis(t *testing.T) {
 		d.Close()
 	}
 }
+
+// The concurrency rules: their keys that acquired most through this
+// instance, each with its slots held now as the store tells, within the
+// bounds of looks per page; their denials are in the top keys.
+func TestSnapshotConcurrency(t *testing.T) {
+	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
+	defer st.Close()
+	cfg, err := config.Parse("r.yaml", []byte("rules: [{name: api, algorithm: fixed-window, limit: 100, window: 1h}]\n"+
+		"concurrency: [{name: llm, slots: 2, lease: 30s}, {name: export, slots: 1, lease: 1m, rules: [api]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d *Dashboard
+	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler),
+		OnDenied: func(rule, key string) { d.Denied(rule, key) }, OnAcquired: func(rule, key string) { d.Acquired(rule, key) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = New(svc, &Options{Step: time.Hour, TopCounters: 64})
+	defer d.Close()
+	ctx := context.Background()
+	if s := d.Snapshot(); len(s.Concurrency) != 2 || s.Concurrency[0].Name != "export" || len(s.Concurrency[0].Holders) != 0 ||
+		s.Concurrency[0].Rates[0] != "api" || s.Concurrency[1].Slots != 2 || s.Concurrency[1].LeaseMs != 30000 {
+		t.Fatalf("before any acquire: %+v", s.Concurrency)
+	}
+	// busy acquires 3 times and releases once: 2 held, 1 denied; quiet
+	// acquires and releases: none held.
+	var first string
+	for i := range 3 {
+		a, err := svc.Acquire(ctx, "llm", "busy")
+		if err != nil || a.Result.Allowed != (i < 2) {
+			t.Fatal(a, err)
+		}
+		if i == 0 {
+			first = a.Result.Permit.ID
+		}
+	}
+	if _, err := svc.Release(ctx, "llm", "busy", first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Acquire(ctx, "llm", "busy"); err != nil {
+		t.Fatal(err)
+	}
+	a, err := svc.Acquire(ctx, "llm", "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Release(ctx, "llm", "quiet", a.Result.Permit.ID)
+	// More keys than a rule shows: the page shows the first few.
+	for i := range maxHolderLooks + 5 {
+		svc.Acquire(ctx, "export", fmt.Sprintf("e%02d", i))
+	}
+	s := d.Snapshot()
+	llm := s.Concurrency[1]
+	if len(llm.Holders) != 2 || llm.Holders[0].Key != "busy" || llm.Holders[0].Acquires != 3 || llm.Holders[0].Held != 2 || llm.Holders[0].FreeInMs == nil ||
+		llm.Holders[1].Key != "quiet" || llm.Holders[1].Held != 0 || llm.Holders[1].FreeInMs != nil {
+		t.Fatalf("llm holders %+v", llm.Holders)
+	}
+	if top := s.Top["llm"]; len(top) != 1 || top[0].Key != "busy" || top[0].Count != 1 {
+		t.Errorf("llm's denials: %+v", s.Top)
+	}
+	if ex := s.Concurrency[0]; len(ex.Holders) != holdersPerRule || ex.Holders[0].Held != 1 {
+		t.Errorf("export holders %+v", ex.Holders)
+	}
+}

@@ -94,6 +94,9 @@ func (s *Service) Acquire(ctx context.Context, rule, key string) (SlotDecision, 
 	}
 	if res.Allowed {
 		s.slotOps.Add(1, rule, "acquire", "granted")
+		if s.onAcquired != nil {
+			s.onAcquired(rule, key)
+		}
 	} else {
 		s.slotOps.Add(1, rule, "acquire", "denied")
 		s.denied(rule, key)

@@ -53,11 +53,12 @@ type Decision struct {
 // Service decides requests against the current rules. It is safe for
 // concurrent use.
 type Service struct {
-	onDenied func(rule, key string)
-	store    floodgate.Store
-	fallback *fallback.Store // nil without Redis
-	rules    atomic.Pointer[ruleset]
-	log      *slog.Logger
+	onDenied   func(rule, key string)
+	onAcquired func(rule, key string) // Options.OnAcquired
+	store      floodgate.Store
+	fallback   *fallback.Store // nil without Redis
+	rules      atomic.Pointer[ruleset]
+	log        *slog.Logger
 
 	Metrics   *metrics.Registry
 	decisions *metrics.CounterVec
@@ -132,6 +133,10 @@ type Options struct {
 	// denied check (shadow rules' included; CL.THROTTLE's as rule
 	// "CL.THROTTLE"), from the checking goroutine. It must be fast.
 	OnDenied func(rule, key string)
+	// OnAcquired, when set, is called with the concurrency rule and the
+	// key of every acquire that got a slot, from the acquiring goroutine.
+	// It must be fast.
+	OnAcquired func(rule, key string)
 	// MergeDomains is envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: Reload
 	// reads a directory whose files share a domain as one domain (see
 	// config.LoadOptions). Default: false, such a directory is an error.
@@ -199,7 +204,7 @@ func New(store floodgate.Store, cfg *config.Config, opts *Options) (*Service, er
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied,
+	s := &Service{store: store, fallback: fb, log: o.Logger, Metrics: &metrics.Registry{}, onDenied: o.OnDenied, onAcquired: o.OnAcquired,
 		load: config.LoadOptions{MergeDomains: o.MergeDomains}, prepareExt: o.Prepare, tp: o.TracerProvider, traceKeys: o.TraceKeys}
 	rs, err := s.prepare(cfg)
 	if err != nil {

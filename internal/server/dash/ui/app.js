@@ -158,7 +158,7 @@ function drawTop(s) {
 function drawRules(s) {
   const tbody = $("rules").tBodies[0];
   const sel = $("rule-select"), ins = $("inspect-rule");
-  const names = s.rules.map((r) => r.name).join("\n");
+  const names = s.rules.map((r) => r.name).concat((s.concurrency || []).map((c) => "c:" + c.name)).join("\n");
   if (tbody.dataset.names === names) return;
   tbody.dataset.names = names;
   tbody.replaceChildren();
@@ -175,7 +175,35 @@ function drawRules(s) {
     sel.appendChild(Object.assign(document.createElement("option"), { value: r.name, textContent: r.name }));
     ins.appendChild(Object.assign(document.createElement("option"), { value: r.name, textContent: r.name }));
   }
+  // Concurrency rules are explained too: their slots held on the key.
+  for (const c of s.concurrency || []) {
+    ins.appendChild(Object.assign(document.createElement("option"), { value: c.name, textContent: c.name + " (concurrency)" }));
+  }
   sel.value = keep; ins.value = keepIns || (s.rules[0] || {}).name || "";
+}
+
+// Concurrency rules: each rule's line, then its keys that acquired most.
+function drawSlots(s) {
+  const rules = s.concurrency || [];
+  $("slots-section").hidden = !rules.length;
+  const tbody = $("slots").tBodies[0];
+  tbody.replaceChildren();
+  for (const r of rules) {
+    const tr = document.createElement("tr");
+    cell(tr, r.name);
+    cell(tr, `${r.slots} slots, lease ${ms(r.lease_ms)}` + (r.rates && r.rates.length ? `, with ${r.rates.join(", ")}` : "")).colSpan = 4;
+    tbody.appendChild(tr);
+    for (const h of r.holders) {
+      const row = document.createElement("tr");
+      row.className = "holder";
+      cell(row, "");
+      cell(row, h.key).className = "key";
+      cell(row, h.error ? `${h.acquires} (±${h.error})` : String(h.acquires), "num");
+      cell(row, h.held < 0 ? "?" : `${h.held} of ${r.slots}`, "num");
+      cell(row, h.free_in_ms === null ? "" : ms(h.free_in_ms), "num");
+      tbody.appendChild(row);
+    }
+  }
 }
 
 function drawDomains(s) {
@@ -227,7 +255,7 @@ function drawExplain(r) {
     cell(tr, l.decides ? "decides" : "");
     tbody.appendChild(tr);
   }
-  table.hidden = false;
+  table.hidden = !r.limits.length; // a concurrency rule has none: its why says it all
   const out = text($("inspect-out"), r.why.join("\n"));
   out.className = r.allowed ? "" : "denied";
   out.dataset.allowed = String(r.allowed);
@@ -245,6 +273,7 @@ async function poll() {
     drawTraffic(s);
     drawLatency(s);
     drawTop(s);
+    drawSlots(s);
     text($("updated"), "updated " + new Date(s.now).toLocaleTimeString());
     document.body.dataset.updated = String(s.now);
   } catch (err) {
