@@ -56,7 +56,8 @@ func TestDashboard(t *testing.T) {
 	// The built-in rule (config.ExampleYAML), and an Envoy domain beside it.
 	rules := t.TempDir()
 	for name, text := range map[string]string{"rules.yaml": "rules:\n  - name: example\n    algorithm: token-bucket\n    rate: 10\n    period: 1s\n    burst: 20\n",
-		"edge.yaml": "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"} {
+		"edge.yaml": "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
+		"llm.yaml":  "concurrency:\n  - {name: llm, slots: 2, lease: 60s}\n"} {
 		if err := os.WriteFile(filepath.Join(rules, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -166,6 +167,21 @@ func TestDashboard(t *testing.T) {
 	until("the explanation", `!document.getElementById("inspect-limits").hidden && document.querySelector("#inspect-limits tr.decides") !== null &&
 		document.getElementById("inspect-out").textContent.includes('key "abuser" is checked against rule "example"') &&
 		/Redis answers, shared by every instance|Redis is failing for this key/.test(document.getElementById("inspect-out").textContent)`)
+	// A concurrency rule: the key that acquired is among its holders, with
+	// its slots held, and the rule can be inspected.
+	for range 2 {
+		if code := post("/v1/acquire", `{"rule":"llm","key":"streamer"}`); code != http.StatusOK {
+			t.Fatalf("acquire: %d", code)
+		}
+	}
+	until("the holder", `!document.getElementById("slots-section").hidden && [...document.querySelectorAll("#slots .holder")].some(tr => tr.cells[1].textContent === "streamer" && tr.cells[2].textContent === "2" && tr.cells[3].textContent === "2 of 2")`)
+	if err := chromedp.Do(ctx, chromedp.SetValue("#inspect-rule", "llm"), chromedp.SetValue("#inspect-key", "streamer"), chromedp.Click("#inspect button")); err != nil {
+		t.Fatal(err)
+	}
+	until("the concurrency rule's explanation", `document.getElementById("inspect-limits").hidden && document.getElementById("inspect-out").textContent.includes("2 of 2 slots are held now")`)
+	if err := chromedp.Do(ctx, chromedp.SetValue("#inspect-rule", "example"), chromedp.SetValue("#inspect-key", "abuser")); err != nil {
+		t.Fatal(err)
+	}
 	until("Redis's policy", `document.getElementById("redis-policy").textContent === "noeviction" && document.getElementById("redis-warning").hidden`)
 	shot("dashboard.png")
 
