@@ -189,16 +189,6 @@ func (p *slotPolicy) releaseOrphans(ctx context.Context, b *breaker) {
 	}
 }
 
-func (p *slotPolicy) source() core.Source {
-	switch p.s.mode {
-	case FailOpen:
-		return core.SourceFailOpen
-	case FailClosed:
-		return core.SourceFailClosed
-	}
-	return core.SourceLocal
-}
-
 // call is breaker.call for a slot operation: within the budget, counting
 // a success.
 func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op core.SlotOp) (core.SlotVerdict, error) {
