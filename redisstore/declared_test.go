@@ -195,7 +195,7 @@ func TestKeysAsArgs(t *testing.T) {
 		cluster := redistest.StartCluster(t, 3)
 		node := cluster.Servers[0].Client(t) // the Store sees one server
 		ctx := context.Background()
-		shards, err := node.ClusterShards(ctx).Result()
+		shards, err := cluster.Servers[0].Admin(t).ClusterShards(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -500,7 +500,7 @@ func TestRatelimitMode(t *testing.T) {
 	if code, body := httpGet(t, in.debug, "/"); code != 200 || !strings.Contains(body, "/rlconfig:") {
 		t.Errorf("GET / on DEBUG_PORT: %d %q", code, body)
 	}
-	keys, err := srv.Client(t).Keys(context.Background(), "*").Result()
+	keys, err := srv.Admin(t).Keys(context.Background(), "*").Result()
 	if err != nil || len(keys) == 0 || !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, "prefix:floodgate:") }) {
 		t.Errorf("Redis keys %q (%v), want keys under prefix:floodgate:", keys, err)
 	}

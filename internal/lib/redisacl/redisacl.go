@@ -17,7 +17,7 @@ package redisacl
 //   - the client's own: get, set, del, scan (overrides, rebase), time (a
 //     rebase's now), and with the denial cache or leases publish,
 //     subscribe, blpop, rpush, expire;
-//   - a Cluster client's routing: cluster|slots, and command (go-redis's
+//   - a Cluster client's routing: cluster|slots, asking (an ASK redirection while a slot migrates), and command (go-redis's
 //     ClusterClient reads COMMAND to route; refused, it logs at every
 //     call);
 //   - the monitor of floodgate serve (optional): config|get, info;
@@ -28,7 +28,7 @@ const Commands = "-@all" +
 	" +evalsha +eval +fcall +function|load" +
 	" +get +set +del +scan +time" +
 	" +publish +subscribe +blpop +rpush +expire" +
-	" +cluster|slots +command" +
+	" +cluster|slots +asking +command" +
 	" +config|get +info" +
 	" +mget +setrange +pexpire +exists" +
 	" +zadd +zcard +zcount +zrange +zrem +zremrangebyrank +zremrangebyscore"
