@@ -279,7 +279,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	s.slotBatch.scripts.Add(uint64(len(groups)))
 	if len(groups) == 1 {
 		keys, args := s.slotArgs(groups[0])
-		res, err := slotsScript.Run(ctx, s.client, keys, args...).Slice()
+		res, err := s.runSlots(ctx, keys, args).Slice()
 		s.slotResults(groups[0], res, err)
 		return
 	}
@@ -292,14 +292,24 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
 		res, err := cmds[i].Slice()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || tryAgain(err)) {
 			// That master lost its scripts (a restart, a failover):
-			// Run loads it again.
+			// Run loads it again. Or the slot is moving: runSlots
+			// waits for the move to end.
 			keys, args := s.slotArgs(g)
-			res, err = slotsScript.Run(ctx, s.client, keys, args...).Slice()
+			res, err = s.runSlots(ctx, keys, args).Slice()
 		}
 		s.slotResults(g, res, err)
 	}
+}
+
+// runSlots runs slots.lua, and again after TRYAGAIN, as run does.
+func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.Cmd {
+	cmd := slotsScript.Run(ctx, s.client, keys, args...)
+	if !tryAgain(cmd.Err()) {
+		return cmd
+	}
+	return untilMoved(ctx, cmd, func() *redis.Cmd { return slotsScript.Run(ctx, s.client, keys, args...) })
 }
 
 func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {

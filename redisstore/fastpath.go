@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
@@ -601,8 +602,54 @@ func (s *Store) runDecide(ctx context.Context, keys []string, args ...any) *redi
 }
 
 // run calls the library's function fn while Redis takes functions, and
-// runs script, its equal, otherwise.
+// runs script, its equal, otherwise. A call that a Cluster refuses with
+// TRYAGAIN goes again until it runs, the caller's context ends, or
+// tryAgainFor has passed: while a slot migrates, Redis refuses every call
+// that declares keys of it some of which are missing (as an absent
+// override key usually is), until the slot has moved; go-redis's own
+// few retries end sooner than a slot's move on a loaded host. Nothing
+// ran, so nothing was charged.
 func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.runOnce(ctx, fn, script, keys, args...)
+	if !tryAgain(cmd.Err()) {
+		return cmd
+	}
+	return untilMoved(ctx, cmd, func() *redis.Cmd { return s.runOnce(ctx, fn, script, keys, args...) })
+}
+
+// untilMoved calls again while cmd, call's last answer, is TRYAGAIN, as
+// run does, and returns the last answer.
+func untilMoved(ctx context.Context, cmd *redis.Cmd, call func() *redis.Cmd) *redis.Cmd {
+	deadline := time.Now().Add(tryAgainFor)
+	for wait := tryAgainWait; tryAgain(cmd.Err()) && time.Now().Before(deadline); wait = min(2*wait, tryAgainMaxWait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return cmd
+		case <-t.C:
+		}
+		cmd = call()
+	}
+	return cmd
+}
+
+// The waits between the calls that run sends again after TRYAGAIN: from
+// tryAgainWait, doubling to tryAgainMaxWait, for tryAgainFor at most.
+const (
+	tryAgainWait    = 2 * time.Millisecond
+	tryAgainMaxWait = 100 * time.Millisecond
+	tryAgainFor     = 10 * time.Second
+)
+
+// tryAgain reports whether err is a Cluster's TRYAGAIN: a call not run,
+// because some of its keys are in a slot that is moving.
+func tryAgain(err error) bool {
+	return isRedisError(err) && strings.HasPrefix(err.Error(), "TRYAGAIN ")
+}
+
+// runOnce is run's one call (and the library's loading).
+func (s *Store) runOnce(ctx context.Context, fn string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if s.argKeys && !s.noFunctions.Load() {
 		if afn := s.scripts.argKeysFn(fn); afn != "" {
 			fn, args, keys = afn, argKeysArgs(keys, args), nil

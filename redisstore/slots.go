@@ -129,7 +129,12 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		loaded := false
 		scripts, decisions := 0, 0
 		for _, p := range ps {
-			if err := p.cmd.Err(); functionMissing(err) || functionsRefused(err) {
+			if err := p.cmd.Err(); tryAgain(err) {
+				// A slot that is moving: sent again on its own, where run
+				// waits for the move to end.
+				again = append(again, p.group)
+				continue
+			} else if functionMissing(err) || functionsRefused(err) {
 				// Not loaded on this master (a new one, or flushed), or
 				// refused: sent again on its own, where run decides how,
 				// once the library is loaded (once for the pipeline,
