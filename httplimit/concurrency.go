@@ -11,7 +11,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/headers"
-	"github.com/floodgate/floodgate/internal/lib/lograte"
 )
 
 // ErrPermitLost is the cause of a request's context when its
@@ -53,7 +52,8 @@ type ConcurrencyOptions struct {
 // concurrent use.
 type ConcurrencyMiddleware struct {
 	c    *floodgate.Concurrency
-	opts ConcurrencyOptions
+	opts ConcurrencyOptions // its Key, Skip, FailClosed and Logger are in gate
+	gate
 }
 
 // NewConcurrency returns a ConcurrencyMiddleware that holds one of c's
@@ -63,32 +63,21 @@ func NewConcurrency(c *floodgate.Concurrency, opts *ConcurrencyOptions) *Concurr
 	if opts != nil {
 		m.opts = *opts
 	}
-	if m.opts.Key == nil {
-		m.opts.Key = ClientIP()
-	}
+	m.gate = newGate(m.opts.Key, m.opts.Skip, m.opts.FailClosed, m.opts.Logger, "concurrency", "serving without a slot")
 	if m.opts.ExtendEvery == 0 {
 		m.opts.ExtendEvery = c.Lease() / 3
 	}
 	if m.opts.Clock == nil {
 		m.opts.Clock = floodgate.SystemClock()
 	}
-	if m.opts.Logger == nil {
-		m.opts.Logger = slog.Default()
-	}
-	m.opts.Logger = slog.New(lograte.NewHandler(m.opts.Logger.Handler(), time.Second, nil))
 	return m
 }
 
 // Handler returns next wrapped by the middleware.
 func (m *ConcurrencyMiddleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.opts.Skip != nil && m.opts.Skip(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		key, err := m.opts.Key(r)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
+		key, ok := m.begin(w, r, next)
+		if !ok {
 			return
 		}
 		res, err := m.c.Acquire(r.Context(), key)
@@ -116,7 +105,7 @@ func (m *ConcurrencyMiddleware) Handler(next http.Handler) http.Handler {
 			<-done
 			// The client may be gone; the slot must still come back.
 			if _, err := m.c.Release(context.WithoutCancel(r.Context()), res.Permit); err != nil {
-				m.opts.Logger.Error("httplimit: releasing a concurrency permit failed; it frees itself at its lease's end",
+				m.log.Error("httplimit: releasing a concurrency permit failed; it frees itself at its lease's end",
 					"key", key, "error", err.Error())
 			}
 		}()
@@ -138,28 +127,12 @@ func (m *ConcurrencyMiddleware) extend(ctx context.Context, cancel context.Cance
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			m.opts.Logger.Error("httplimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
+			m.log.Error("httplimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
 		case !res.Allowed:
 			cancel(ErrPermitLost)
 			return
 		default:
 			p = res.Permit
 		}
-	}
-}
-
-func (m *ConcurrencyMiddleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
-	switch {
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the request's context ended before the concurrency limit decision", nil)
-	case floodgate.IsInvalidInput(err):
-		writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
-	case m.opts.FailClosed:
-		m.opts.Logger.Error("httplimit: concurrency limit store failed; denying (fail closed)", "error", err.Error(), "path", r.URL.Path)
-		w.Header().Set(HeaderRetryAfter, "1")
-		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the concurrency limiter is unavailable", nil)
-	default:
-		m.opts.Logger.Error("httplimit: concurrency limit store failed; serving without a slot (fail open)", "error", err.Error(), "path", r.URL.Path)
-		next.ServeHTTP(w, r)
 	}
 }

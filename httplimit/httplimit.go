@@ -19,16 +19,13 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/headers"
-	"github.com/floodgate/floodgate/internal/lib/lograte"
 )
 
 // Options configures a Middleware. The zero value (or nil) gives the
@@ -87,9 +84,10 @@ type Denial struct {
 // Middleware rate limits HTTP requests. It is safe for concurrent use.
 type Middleware struct {
 	lim    *floodgate.Limiter
-	count  int    // how many limits lim applies
-	policy string // the RateLimit-Policy field value
-	opts   Options
+	count  int     // how many limits lim applies
+	policy string  // the RateLimit-Policy field value
+	opts   Options // its Key, Skip, FailClosed and Logger are in gate
+	gate
 }
 
 // New returns a Middleware that applies lim's limits to every request
@@ -100,26 +98,15 @@ func New(lim *floodgate.Limiter, opts *Options) *Middleware {
 	if opts != nil {
 		m.opts = *opts
 	}
-	if m.opts.Key == nil {
-		m.opts.Key = ClientIP()
-	}
-	if m.opts.Logger == nil {
-		m.opts.Logger = slog.Default()
-	}
-	m.opts.Logger = slog.New(lograte.NewHandler(m.opts.Logger.Handler(), time.Second, nil))
+	m.gate = newGate(m.opts.Key, m.opts.Skip, m.opts.FailClosed, m.opts.Logger, "rate", "serving unlimited")
 	return m
 }
 
 // Handler returns next wrapped by the middleware.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.opts.Skip != nil && m.opts.Skip(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		key, err := m.opts.Key(r)
-		if err != nil {
-			writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
+		key, ok := m.begin(w, r, next)
+		if !ok {
 			return
 		}
 		cost := int64(1)
@@ -193,7 +180,7 @@ func (m *Middleware) serveAndSettle(w http.ResponseWriter, r *http.Request, next
 		if v := w.Header().Get(m.opts.CostHeader); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				m.opts.Logger.Warn("httplimit: ignoring a bad cost header", "header", m.opts.CostHeader, "value", v)
+				m.log.Warn("httplimit: ignoring a bad cost header", "header", m.opts.CostHeader, "value", v)
 				return
 			}
 			real = n
@@ -205,26 +192,7 @@ func (m *Middleware) serveAndSettle(w http.ResponseWriter, r *http.Request, next
 		return
 	}
 	if _, err := m.lim.Settle(context.WithoutCancel(r.Context()), key, estimate, real); err != nil {
-		m.opts.Logger.Error("httplimit: settling a request's cost failed", "key", key, "estimate", estimate, "cost", real, "error", err.Error())
-	}
-}
-
-// failed answers a request whose decision failed.
-func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
-	switch {
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		// The client went away or the server's deadline passed: nobody is
-		// waiting for a rate limit answer.
-		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the request's context ended before the rate limit decision", nil)
-	case floodgate.IsInvalidInput(err):
-		writeProblem(w, http.StatusBadRequest, "Bad Request", err.Error(), nil)
-	case m.opts.FailClosed:
-		m.opts.Logger.Error("httplimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "path", r.URL.Path)
-		w.Header().Set(HeaderRetryAfter, "1")
-		writeProblem(w, http.StatusServiceUnavailable, "Service Unavailable", "the rate limiter is unavailable", nil)
-	default:
-		m.opts.Logger.Error("httplimit: rate limit store failed; serving unlimited (fail open)", "error", err.Error(), "path", r.URL.Path)
-		next.ServeHTTP(w, r)
+		m.log.Error("httplimit: settling a request's cost failed", "key", key, "estimate", estimate, "cost", real, "error", err.Error())
 	}
 }
 
