@@ -10,7 +10,6 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/headers"
-	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,7 +47,8 @@ type ConcurrencyOptions struct {
 
 type slots struct {
 	c *floodgate.Concurrency
-	o ConcurrencyOptions
+	o ConcurrencyOptions // its Key, Skip, FailClosed and Logger are in gate
+	gate
 }
 
 func newSlots(c *floodgate.Concurrency, opts *ConcurrencyOptions) *slots {
@@ -56,19 +56,13 @@ func newSlots(c *floodgate.Concurrency, opts *ConcurrencyOptions) *slots {
 	if opts != nil {
 		s.o = *opts
 	}
-	if s.o.Key == nil {
-		s.o.Key = PeerIP()
-	}
+	s.gate = newGate(s.o.Key, s.o.Skip, s.o.FailClosed, s.o.Logger, "concurrency", "serving without a slot")
 	if s.o.ExtendEvery == 0 {
 		s.o.ExtendEvery = c.Lease() / 3
 	}
 	if s.o.Clock == nil {
 		s.o.Clock = floodgate.SystemClock()
 	}
-	if s.o.Logger == nil {
-		s.o.Logger = slog.Default()
-	}
-	s.o.Logger = slog.New(lograte.NewHandler(s.o.Logger.Handler(), time.Second, nil))
 	return s
 }
 
@@ -78,25 +72,18 @@ func newSlots(c *floodgate.Concurrency, opts *ConcurrencyOptions) *slots {
 // when the call goes without a slot.
 func (s *slots) hold(ctx context.Context, method string) (context.Context, func(), error) {
 	none := func() {}
-	if s.o.Skip != nil && s.o.Skip(ctx, method) {
+	key, ok, err := s.begin(ctx, method)
+	if !ok {
+		if err != nil {
+			return nil, nil, err
+		}
 		return ctx, none, nil
 	}
-	key, err := s.o.Key(ctx, method)
-	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
-	}
 	res, err := s.c.Acquire(ctx, key)
-	switch {
-	case err == nil:
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return nil, nil, status.FromContextError(err).Err()
-	case floodgate.IsInvalidInput(err):
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
-	case s.o.FailClosed:
-		s.o.Logger.Error("grpclimit: concurrency limit store failed; denying (fail closed)", "error", err.Error(), "method", method)
-		return nil, nil, status.Error(codes.Unavailable, "concurrency limiter unavailable")
-	default:
-		s.o.Logger.Error("grpclimit: concurrency limit store failed; serving without a slot (fail open)", "error", err.Error(), "method", method)
+	if err != nil {
+		if err = s.failed(err, method); err != nil {
+			return nil, nil, err
+		}
 		return ctx, none, nil
 	}
 	if !res.Allowed {
@@ -117,7 +104,7 @@ func (s *slots) hold(ctx context.Context, method string) (context.Context, func(
 		cancel(nil)
 		<-done
 		if _, err := s.c.Release(context.WithoutCancel(ctx), res.Permit); err != nil {
-			s.o.Logger.Error("grpclimit: releasing a concurrency permit failed; it frees itself at its lease's end", "key", key, "error", err.Error())
+			s.log.Error("grpclimit: releasing a concurrency permit failed; it frees itself at its lease's end", "key", key, "error", err.Error())
 		}
 	}, nil
 }
@@ -133,7 +120,7 @@ func (s *slots) extend(ctx context.Context, cancel context.CancelCauseFunc, p fl
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			s.o.Logger.Error("grpclimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
+			s.log.Error("grpclimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
 		case !res.Allowed:
 			cancel(ErrPermitLost)
 			return

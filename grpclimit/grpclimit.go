@@ -26,12 +26,10 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/headers"
-	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -142,9 +140,10 @@ type Options struct {
 
 type server struct {
 	lim    *floodgate.Limiter
-	count  int    // how many limits lim applies
-	policy string // the ratelimit-policy metadata value
-	o      Options
+	count  int     // how many limits lim applies
+	policy string  // the ratelimit-policy metadata value
+	o      Options // its Key, Skip, FailClosed and Logger are in gate
+	gate
 }
 
 func newServer(lim *floodgate.Limiter, opts *Options) *server {
@@ -153,43 +152,24 @@ func newServer(lim *floodgate.Limiter, opts *Options) *server {
 	if opts != nil {
 		s.o = *opts
 	}
-	if s.o.Key == nil {
-		s.o.Key = PeerIP()
-	}
-	if s.o.Logger == nil {
-		s.o.Logger = slog.Default()
-	}
-	s.o.Logger = slog.New(lograte.NewHandler(s.o.Logger.Handler(), time.Second, nil))
+	s.gate = newGate(s.o.Key, s.o.Skip, s.o.FailClosed, s.o.Logger, "rate", "serving unlimited")
 	return s
 }
 
 // decide returns the header metadata to send and nil when the call may
 // proceed, or the status error to fail it with.
 func (s *server) decide(ctx context.Context, method string) (metadata.MD, error) {
-	if s.o.Skip != nil && s.o.Skip(ctx, method) {
-		return nil, nil
-	}
-	key, err := s.o.Key(ctx, method)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	key, ok, err := s.begin(ctx, method)
+	if !ok {
+		return nil, err
 	}
 	cost := int64(1)
 	if s.o.Cost != nil {
 		cost = s.o.Cost(ctx, method)
 	}
 	res, err := s.lim.AllowN(ctx, key, cost)
-	switch {
-	case err == nil:
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return nil, status.FromContextError(err).Err()
-	case floodgate.IsInvalidInput(err):
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	case s.o.FailClosed:
-		s.o.Logger.Error("grpclimit: rate limit store failed; denying (fail closed)", "error", err.Error(), "method", method)
-		return nil, status.Error(codes.Unavailable, "rate limiter unavailable")
-	default:
-		s.o.Logger.Error("grpclimit: rate limit store failed; serving unlimited (fail open)", "error", err.Error(), "method", method)
-		return nil, nil
+	if err != nil {
+		return nil, s.failed(err, method)
 	}
 	md := metadata.Pairs(MDPolicy, s.policy, MDRateLimit, headers.RateLimit(res, s.count))
 	if res.Allowed {
