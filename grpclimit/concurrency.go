@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/headers"
+	"github.com/floodgate/floodgate/internal/lib/permithold"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,23 +47,18 @@ type ConcurrencyOptions struct {
 }
 
 type slots struct {
-	c *floodgate.Concurrency
-	o ConcurrencyOptions // its Key, Skip, FailClosed and Logger are in gate
+	c      *floodgate.Concurrency
+	holder *permithold.Holder
 	gate
 }
 
 func newSlots(c *floodgate.Concurrency, opts *ConcurrencyOptions) *slots {
-	s := &slots{c: c}
+	var o ConcurrencyOptions
 	if opts != nil {
-		s.o = *opts
+		o = *opts
 	}
-	s.gate = newGate(s.o.Key, s.o.Skip, s.o.FailClosed, s.o.Logger, "concurrency", "serving without a slot")
-	if s.o.ExtendEvery == 0 {
-		s.o.ExtendEvery = c.Lease() / 3
-	}
-	if s.o.Clock == nil {
-		s.o.Clock = floodgate.SystemClock()
-	}
+	s := &slots{c: c, gate: newGate(o.Key, o.Skip, o.FailClosed, o.Logger, "concurrency", "serving without a slot")}
+	s.holder = permithold.New(c, o.ExtendEvery, o.Clock, s.log, ErrPermitLost, "grpclimit")
 	return s
 }
 
@@ -93,41 +89,8 @@ func (s *slots) hold(ctx context.Context, method string) (context.Context, func(
 			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: key, Description: s.c.Name()}}})
 		return nil, nil, st.Err()
 	}
-	cctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	if s.o.ExtendEvery > 0 {
-		go s.extend(cctx, cancel, res.Permit, done)
-	} else {
-		close(done)
-	}
-	return cctx, func() {
-		cancel(nil)
-		<-done
-		if _, err := s.c.Release(context.WithoutCancel(ctx), res.Permit); err != nil {
-			s.log.Error("grpclimit: releasing a concurrency permit failed; it frees itself at its lease's end", "key", key, "error", err.Error())
-		}
-	}, nil
-}
-
-func (s *slots) extend(ctx context.Context, cancel context.CancelCauseFunc, p floodgate.Permit, done chan<- struct{}) {
-	defer close(done)
-	for {
-		if s.o.Clock.Sleep(ctx, s.o.ExtendEvery) != nil || ctx.Err() != nil {
-			return
-		}
-		res, err := s.c.Extend(ctx, p)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			s.log.Error("grpclimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
-		case !res.Allowed:
-			cancel(ErrPermitLost)
-			return
-		default:
-			p = res.Permit
-		}
-	}
+	cctx, end := s.holder.Hold(ctx, key, res.Permit)
+	return cctx, end, nil
 }
 
 // UnaryConcurrencyInterceptor returns a unary server interceptor that

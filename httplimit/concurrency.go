@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/headers"
+	"github.com/floodgate/floodgate/internal/lib/permithold"
 )
 
 // ErrPermitLost is the cause of a request's context when its
@@ -51,25 +51,20 @@ type ConcurrencyOptions struct {
 // rounded up) saying when a slot frees at the latest. It is safe for
 // concurrent use.
 type ConcurrencyMiddleware struct {
-	c    *floodgate.Concurrency
-	opts ConcurrencyOptions // its Key, Skip, FailClosed and Logger are in gate
+	c      *floodgate.Concurrency
+	holder *permithold.Holder
 	gate
 }
 
 // NewConcurrency returns a ConcurrencyMiddleware that holds one of c's
 // slots on the request's key while the handler runs.
 func NewConcurrency(c *floodgate.Concurrency, opts *ConcurrencyOptions) *ConcurrencyMiddleware {
-	m := &ConcurrencyMiddleware{c: c}
+	var o ConcurrencyOptions
 	if opts != nil {
-		m.opts = *opts
+		o = *opts
 	}
-	m.gate = newGate(m.opts.Key, m.opts.Skip, m.opts.FailClosed, m.opts.Logger, "concurrency", "serving without a slot")
-	if m.opts.ExtendEvery == 0 {
-		m.opts.ExtendEvery = c.Lease() / 3
-	}
-	if m.opts.Clock == nil {
-		m.opts.Clock = floodgate.SystemClock()
-	}
+	m := &ConcurrencyMiddleware{c: c, gate: newGate(o.Key, o.Skip, o.FailClosed, o.Logger, "concurrency", "serving without a slot")}
+	m.holder = permithold.New(c, o.ExtendEvery, o.Clock, m.log, ErrPermitLost, "httplimit")
 	return m
 }
 
@@ -93,46 +88,8 @@ func (m *ConcurrencyMiddleware) Handler(next http.Handler) http.Handler {
 			writeProblem(w, http.StatusTooManyRequests, "Too Many Requests", "", p)
 			return
 		}
-		ctx, cancel := context.WithCancelCause(r.Context())
-		done := make(chan struct{})
-		if m.opts.ExtendEvery > 0 {
-			go m.extend(ctx, cancel, res.Permit, done)
-		} else {
-			close(done)
-		}
-		defer func() {
-			cancel(nil)
-			<-done
-			// The client may be gone; the slot must still come back.
-			if _, err := m.c.Release(context.WithoutCancel(r.Context()), res.Permit); err != nil {
-				m.log.Error("httplimit: releasing a concurrency permit failed; it frees itself at its lease's end",
-					"key", key, "error", err.Error())
-			}
-		}()
+		ctx, end := m.holder.Hold(r.Context(), key, res.Permit)
+		defer end()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
-}
-
-// extend renews p every ExtendEvery until ctx ends; when p cannot be
-// renewed it cancels the request with ErrPermitLost. A store failure is
-// logged and tried again at the next tick, while the permit lives.
-func (m *ConcurrencyMiddleware) extend(ctx context.Context, cancel context.CancelCauseFunc, p floodgate.Permit, done chan<- struct{}) {
-	defer close(done)
-	for {
-		if m.opts.Clock.Sleep(ctx, m.opts.ExtendEvery) != nil || ctx.Err() != nil {
-			return
-		}
-		res, err := m.c.Extend(ctx, p)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			m.log.Error("httplimit: extending a concurrency permit failed", "key", p.Key, "error", err.Error())
-		case !res.Allowed:
-			cancel(ErrPermitLost)
-			return
-		default:
-			p = res.Permit
-		}
-	}
 }

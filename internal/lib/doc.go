@@ -8,5 +8,6 @@
 //	headers    the RateLimit header fields, for HTTP and gRPC
 //	httpjson   JSON bodies over HTTP: UTF-8 check, problem answers
 //	lograte    one log line an interval, with a count of those held back
+//	permithold a concurrency permit extended while a request runs, then released
 //	slicepool  reuse of the slices a call needs only while it runs
 package lib
