@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/lib/httpjson"
@@ -390,21 +388,11 @@ func (s *Service) ExplainHandler(log *slog.Logger) http.Handler {
 		log = slog.Default()
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEnvoyBody))
-		if err != nil {
-			httpjson.Problem(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		req, ok := readRequest(w, r)
+		if !ok {
 			return
 		}
-		if err := httpjson.CheckUTF8(body); err != nil {
-			httpjson.Problem(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		var req rlsv3.RateLimitRequest
-		if err := protojson.Unmarshal(body, &req); err != nil {
-			httpjson.Problem(w, http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
-			return
-		}
-		e, err := s.Explain(r.Context(), &req)
+		e, err := s.Explain(r.Context(), req)
 		switch {
 		case errors.Is(err, service.ErrBadRequest):
 			httpjson.Problem(w, http.StatusBadRequest, err.Error())

@@ -13,7 +13,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/service"
 )
 
-// maxEnvoyBody bounds a POST /json body.
+// maxEnvoyBody bounds a POST /json or /v1/explain/envoy body.
 const maxEnvoyBody = 1 << 20
 
 // JSONHandler is envoyproxy/ratelimit's POST /json: a RateLimitRequest in
@@ -29,22 +29,33 @@ func (s *Service) JSONHandler(log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serveJSON(w, r, log) })
 }
 
-func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, log *slog.Logger) {
+// readRequest reads the RateLimitRequest in protobuf's JSON mapping that
+// POST /json and POST /v1/explain/envoy take, at most maxEnvoyBody bytes.
+// When the body is not one it answers 400 and returns false.
+func readRequest(w http.ResponseWriter, r *http.Request) (*rlsv3.RateLimitRequest, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxEnvoyBody))
 	if err != nil {
 		httpjson.Problem(w, http.StatusBadRequest, "reading the body: "+err.Error())
-		return
+		return nil, false
 	}
 	if err := httpjson.CheckUTF8(body); err != nil {
 		httpjson.Problem(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, false
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		httpjson.Problem(w, http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
+		return nil, false
+	}
+	return &req, true
+}
+
+func (s *Service) serveJSON(w http.ResponseWriter, r *http.Request, log *slog.Logger) {
+	req, ok := readRequest(w, r)
+	if !ok {
 		return
 	}
-	resp, err := s.ShouldRateLimit(r.Context(), &req)
+	resp, err := s.ShouldRateLimit(r.Context(), req)
 	switch {
 	case errors.Is(err, service.ErrBadRequest):
 		httpjson.Problem(w, http.StatusBadRequest, err.Error())
