@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -186,6 +185,22 @@ func (in *instance) metrics(t *testing.T) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// askEdge returns a function that asks the rate limit service at addr
+// about remote_address 203.0.113.7 in domain edge, as the Envoy tests'
+// client does, and returns the descriptor's status; an error fails t.
+func askEdge(t *testing.T, addr string) func() *rlsv3.RateLimitResponse_DescriptorStatus {
+	c := envoytest.Client(t, addr)
+	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
+	return func() *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0]
+	}
 }
 
 // stop sends sig and waits for the process to exit.
@@ -634,12 +649,7 @@ func TestDenialCacheServe(t *testing.T) {
 		return n
 	}
 
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlsv3.NewRateLimitServiceClient(conn)
+	c := envoytest.Client(t, in.grpcAddr)
 	req := envoytest.Request("edge", envoytest.Descriptor("user", "alice"))
 	var codes []rlsv3.RateLimitResponse_Code
 	for range 3 {
@@ -852,20 +862,7 @@ func TestEnvoyService(t *testing.T) {
 	if in.grpcAddr == "" {
 		t.Fatal("floodgate serve did not say where it serves gRPC")
 	}
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
-	ask := func() *rlsv3.RateLimitResponse_DescriptorStatus {
-		resp, err := c.ShouldRateLimit(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Statuses[0]
-	}
+	ask := askEdge(t, in.grpcAddr)
 	if st := ask(); st.CurrentLimit.GetRequestsPerUnit() != 2 || st.LimitRemaining != 1 {
 		t.Fatalf("first answer %v", st)
 	}
@@ -970,12 +967,7 @@ descriptors:
 		t.Errorf("check --config: %v\n%s", err, out)
 	}
 	in := serve(t, "--config", dir, "--grpc", "127.0.0.1:0")
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlsv3.NewRateLimitServiceClient(conn)
+	c := envoytest.Client(t, in.grpcAddr)
 	for _, tc := range []struct {
 		key, value string
 		rpu        uint32 // 0: no limit applies

@@ -25,7 +25,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -135,11 +134,7 @@ type legitClient struct {
 
 func startLegit(t *testing.T, addr, token string) *legitClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := envoytest.Dial(t, addr)
 	l := &legitClient{conn: conn, stop: make(chan struct{}), done: make(chan struct{})}
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))

@@ -18,7 +18,6 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
@@ -181,13 +180,8 @@ func TestTraceOTLP(t *testing.T) {
 			if code, _ := do(t, req); code != 200 {
 				t.Fatalf("forward auth: %d", code)
 			}
-			conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent(envoy))
-			resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, envoytest.Request("edge", envoytest.Descriptor("user", "dave")))
+			resp, err := envoytest.Client(t, in.grpcAddr).ShouldRateLimit(ctx, envoytest.Request("edge", envoytest.Descriptor("user", "dave")))
 			if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 				t.Fatalf("ShouldRateLimit: %v, %v", resp, err)
 			}

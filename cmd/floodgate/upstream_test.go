@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
+	"github.com/floodgate/floodgate/internal/testkit/nettest"
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
@@ -455,24 +455,7 @@ func TestRatelimitMode(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "runtime/current/ratelimit/config/nested/another.yaml"), "domain: another\ndescriptors:\n  - key: key2\n    rate_limit:\n      unit: minute\n      requests_per_unit: 20\n")
 	// Beside config/: not a domain, as there (upstream's reload.yaml).
 	writeFile(t, filepath.Join(dir, "runtime/current/ratelimit/reload.yaml"), "this is not a domain: [")
-	statsdLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer statsdLn.Close()
-	lines := make(chan string, 100)
-	go func() {
-		c, err := statsdLn.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		sc := bufio.NewScanner(c)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	_, statsdPort, _ := net.SplitHostPort(statsdLn.Addr().String())
+	statsdPort, lines := nettest.TCPLines(t, 100)
 	in := startRatelimit(t, dir,
 		"RUNTIME_ROOT=runtime/current", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr, "BACKEND_TYPE=redis", "CACHE_KEY_PREFIX=prefix:", "LOG_LEVEL=debug",

@@ -10,9 +10,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -131,20 +129,7 @@ func TestServeXDS(t *testing.T) {
 		!strings.Contains(in.stdout.String(), "envoy domains: 1 from xDS server "+m.Addr+" (node gw-1)") {
 		t.Fatalf("serve did not wait for its first configuration:\n%s\n%s", in.stdout, in.stderr)
 	}
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlsv3.NewRateLimitServiceClient(conn)
-	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
-	ask := func() *rlsv3.RateLimitResponse_DescriptorStatus {
-		resp, err := c.ShouldRateLimit(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Statuses[0]
-	}
+	ask := askEdge(t, in.grpcAddr)
 	if st := ask(); st.CurrentLimit.GetRequestsPerUnit() != 3 || st.LimitRemaining != 2 {
 		t.Fatalf("first answer %v", st)
 	}
@@ -187,14 +172,10 @@ func TestServeXDSStartWithoutConfig(t *testing.T) {
 	if !strings.Contains(in.stdout.String(), "envoy domains: 0 from xDS server") {
 		t.Fatalf("banner:\n%s", in.stdout)
 	}
-	conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := envoytest.Dial(t, in.grpcAddr)
 	c := rlsv3.NewRateLimitServiceClient(conn)
 	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
-	_, err = c.ShouldRateLimit(context.Background(), req)
+	_, err := c.ShouldRateLimit(context.Background(), req)
 	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "no rate limit configuration loaded") {
 		t.Fatalf("before the first configuration: %v", err)
 	}
@@ -229,12 +210,7 @@ func TestRatelimitModeXDS(t *testing.T) {
 		"CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=1s",
 		"USE_STATSD=false", "FLOODGATE_REDIS=", "FLOODGATE_CONFIG=/etc/floodgate/rules.yaml")
-	conn, err := grpc.NewClient(in.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlsv3.NewRateLimitServiceClient(conn)
+	c := envoytest.Client(t, in.grpc)
 	req := envoytest.Request("edge", envoytest.Descriptor("remote_address", "203.0.113.7"))
 	if _, err := c.ShouldRateLimit(context.Background(), req); status.Code(err) != codes.Unknown {
 		t.Fatalf("before the first configuration: %v, want Unknown", err)

@@ -1,7 +1,6 @@
 package imagetest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +21,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
+	"github.com/floodgate/floodgate/internal/testkit/nettest"
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 )
@@ -129,24 +128,7 @@ descriptors:
 // PORT, GRPC_PORT and DEBUG_PORT move it to free loopback ports, and
 // REDIS_URL and STATSD_PORT point at the test's servers.
 func testEnvoyGateway(t *testing.T, rootfs string, img imageConfig, redisAddr string) {
-	statsdLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer statsdLn.Close()
-	lines := make(chan string, 1000)
-	go func() {
-		c, err := statsdLn.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		sc := bufio.NewScanner(c)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	_, statsdPort, _ := net.SplitHostPort(statsdLn.Addr().String())
+	statsdPort, lines := nettest.TCPLines(t, 1000)
 	httpPort, grpcPort, debugPort := redistest.FreePort(t), redistest.FreePort(t), redistest.FreePort(t)
 	env := []string{
 		// The Deployment's.

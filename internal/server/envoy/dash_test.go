@@ -10,8 +10,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
@@ -48,17 +46,13 @@ func TestDashboardSeesEnvoy(t *testing.T) {
 	defer board.Close()
 
 	addr, _ := startGRPC(t, svc)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	rls := envoytest.Client(t, addr)
 	js := httptest.NewServer(svc.JSONHandler(slog.New(slog.DiscardHandler)))
 	defer js.Close()
 
 	ctx := context.Background()
 	grpcReq := func(es ...string) rlsv3.RateLimitResponse_Code {
-		r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, envoytest.Request("web", envoytest.Descriptor(es...)))
+		r, err := rls.ShouldRateLimit(ctx, envoytest.Request("web", envoytest.Descriptor(es...)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -38,11 +37,7 @@ func serve(t *testing.T) (*grpc.ClientConn, *envoy.Server) {
 		t.Fatal(err)
 	}
 	addr, srv := startGRPC(t, svc)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := envoytest.Dial(t, addr)
 	return conn, srv
 }
 

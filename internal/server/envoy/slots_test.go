@@ -7,8 +7,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
@@ -46,12 +44,7 @@ func TestEnvoyConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _ := startGRPC(t, svc)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c := rlsv3.NewRateLimitServiceClient(conn)
+	c := envoytest.Client(t, addr)
 	ctx := context.Background()
 	start := func(requestID string, extra ...string) rlsv3.RateLimitResponse_Code {
 		t.Helper()

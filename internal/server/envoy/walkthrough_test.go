@@ -10,14 +10,13 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 )
@@ -79,12 +78,7 @@ func walkthrough(t *testing.T, st floodgate.Store) {
 		t.Fatal(err)
 	}
 	addr, _ := startGRPC(t, svc)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	c := rlsv3.NewRateLimitServiceClient(conn)
+	c := envoytest.Client(t, addr)
 
 	f, err := os.Open("../../../examples/envoy/README.md")
 	if err != nil {

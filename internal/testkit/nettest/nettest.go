@@ -2,6 +2,7 @@
 package nettest
 
 import (
+	"bufio"
 	"io"
 	"net"
 	"strings"
@@ -24,4 +25,31 @@ func FillUntilBlocked(t testing.TB, c net.Conn) {
 		}
 	}
 	t.Fatal("the server kept reading a client that never reads")
+}
+
+// TCPLines listens on a free loopback port, as a StatsD server over TCP
+// does, and sends each line of the first connection it accepts to lines,
+// which buffers n of them. It stops listening when t ends. It returns
+// the port.
+func TCPLines(t testing.TB, n int) (port string, lines <-chan string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ch := make(chan string, n)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		sc := bufio.NewScanner(c)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return port, ch
 }
