@@ -19,6 +19,29 @@ import (
 
 func ms(n int64) *int64 { return &n }
 
+// newFallbackService returns a service of rules as serve runs it: on a
+// fresh redis-server (returned, to stop) behind a fallback that shares
+// each limit among 2 instances and takes over at the first failure.
+func newFallbackService(t *testing.T, rules string) (*service.Service, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	clock := storetest.NewClock(storetest.Base)
+	rs := redisstore.New(srv.Client(t), &redisstore.Options{Clock: clock})
+	t.Cleanup(func() { rs.Close() })
+	// A budget a loaded machine keeps: Redis up must answer every call.
+	fb := fallback.New(rs, &fallback.Options{Clock: clock, Instances: 2, Threshold: 1, Budget: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { fb.Close() })
+	cfg, err := config.Parse("rules.yaml", []byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.New(fb, cfg, &service.Options{Fallback: fb, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, srv
+}
+
 // Explain on the memory store, case by case: the limit that decides, a
 // shadow rule, an override with its TTL, a fresh key; and it charges
 // nothing.
@@ -128,21 +151,7 @@ func TestExplainBadInput(t *testing.T) {
 // and Explain says so.
 func TestExplainRedisAndFallback(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	clock := storetest.NewClock(storetest.Base)
-	rs := redisstore.New(srv.Client(t), &redisstore.Options{Clock: clock})
-	t.Cleanup(func() { rs.Close() })
-	// A budget a loaded machine keeps: Redis up must answer every call.
-	fb := fallback.New(rs, &fallback.Options{Clock: clock, Instances: 2, Threshold: 1, Budget: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { fb.Close() })
-	cfg, err := config.Parse("rules.yaml", []byte(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(fb, cfg, &service.Options{Fallback: fb, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, srv := newFallbackService(t, rules)
 	if _, err := svc.Check(ctx, "tiered", "k", 1); err != nil {
 		t.Fatal(err)
 	}

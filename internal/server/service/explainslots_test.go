@@ -3,14 +3,11 @@ package service_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/fallback"
-	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
@@ -116,20 +113,7 @@ func TestExplainConcurrencyBadInput(t *testing.T) {
 // the local share when it is down, with the local permits beside it.
 func TestExplainConcurrencyFallback(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	clock := storetest.NewClock(storetest.Base)
-	rs := redisstore.New(srv.Client(t), &redisstore.Options{Clock: clock})
-	t.Cleanup(func() { rs.Close() })
-	fb := fallback.New(rs, &fallback.Options{Clock: clock, Instances: 2, Threshold: 1, Budget: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { fb.Close() })
-	cfg, err := config.Parse("rules.yaml", []byte(slotRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := service.New(fb, cfg, &service.Options{Fallback: fb, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, srv := newFallbackService(t, slotRules)
 	if d, err := svc.Acquire(ctx, "llm", "k"); err != nil || !d.Result.Allowed {
 		t.Fatal(d, err)
 	}
