@@ -238,6 +238,36 @@ func decideUnderLoad(t *testing.T, lim *floodgate.Limiter, keys int, stop <-chan
 	return admitted, exact, errCount.Load()
 }
 
+// loadResult is what decideUnderLoad found.
+type loadResult struct{ admitted, exact, errs int64 }
+
+func (r loadResult) String() string {
+	return fmt.Sprintf("%d admitted of %d exact (%.1f%%), %d caller errors",
+		r.admitted, r.exact, 100*float64(r.admitted)/float64(max(r.exact, 1)), r.errs)
+}
+
+// underLoad has decideUnderLoad decide on 2000 keys through a limiter of
+// st (a bucket of 100 an hour) for the time before, while act runs, and
+// for the time after, and returns how long act took and what the replay
+// found.
+func underLoad(t *testing.T, st *redisstore.Store, before, after time.Duration, act func()) (time.Duration, loadResult) {
+	t.Helper()
+	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 100))
+	stop := make(chan struct{})
+	done := make(chan loadResult)
+	go func() {
+		a, e, n := decideUnderLoad(t, lim, 2000, stop)
+		done <- loadResult{a, e, n}
+	}()
+	time.Sleep(before) // a real cluster under real load
+	start := time.Now()
+	act()
+	took := time.Since(start)
+	time.Sleep(after)
+	close(stop)
+	return took, <-done
+}
+
 // TestClusterReshardUnderLoad moves thousands of slots, keys and all, from
 // one master to another with redis-cli --cluster reshard while 64
 // goroutines decide: no caller sees an error, and every key's admissions
@@ -246,24 +276,13 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	clock := storetest.NewClock(storetest.Base)
 	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "rs:", Clock: clock})
-	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 100))
-	stop := make(chan struct{})
-	type result struct{ admitted, exact, errs int64 }
-	done := make(chan result)
-	go func() {
-		a, e, n := decideUnderLoad(t, lim, 2000, stop)
-		done <- result{a, e, n}
-	}()
-	time.Sleep(200 * time.Millisecond) // under load before the first slot moves
-	start := time.Now()
-	cluster.Reshard(t, cluster.Addrs[0], cluster.Addrs[1], 2000, 90*time.Second)
-	took := time.Since(start)
-	time.Sleep(200 * time.Millisecond) // and after the last
-	close(stop)
-	r := <-done
+	// Under load before the first slot moves, and after the last.
+	took, r := underLoad(t, st, 200*time.Millisecond, 200*time.Millisecond, func() {
+		cluster.Reshard(t, cluster.Addrs[0], cluster.Addrs[1], 2000, 90*time.Second)
+	})
 	s := st.Stats()
-	t.Logf("2000 slots moved in %s; %d admitted of %d exact (%.1f%%), %d caller errors; %d slots refused and sent again; %.1f decisions per script call",
-		took.Round(time.Millisecond), r.admitted, r.exact, 100*float64(r.admitted)/float64(max(r.exact, 1)), r.errs, st.CrossRefused(), float64(s.Decisions)/float64(max(s.ScriptCalls, 1)))
+	t.Logf("2000 slots moved in %s; %s; %d slots refused and sent again; %.1f decisions per script call",
+		took.Round(time.Millisecond), r, st.CrossRefused(), float64(s.Decisions)/float64(max(s.ScriptCalls, 1)))
 }
 
 // TestClusterFailoverUnderLoad fails a master over to its replica (CLUSTER
@@ -273,23 +292,10 @@ func TestClusterFailoverUnderLoad(t *testing.T) {
 	cluster := redistest.StartClusterReplicas(t, 3)
 	clock := storetest.NewClock(storetest.Base)
 	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "fo:", Clock: clock})
-	lim := limiter(t, st, floodgate.TokenBucket(1, time.Hour, 100))
-	stop := make(chan struct{})
-	type result struct{ admitted, exact, errs int64 }
-	done := make(chan result)
-	go func() {
-		a, e, n := decideUnderLoad(t, lim, 2000, stop)
-		done <- result{a, e, n}
-	}()
-	time.Sleep(300 * time.Millisecond)
-	start := time.Now()
-	cluster.Failover(t, cluster.Addrs[3]) // the first master's replica, or another's: either is a master's
-	took := time.Since(start)
-	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	r := <-done
-	t.Logf("failover took %s; %d admitted of %d exact (%.1f%%), %d caller errors; %d slots refused and sent again",
-		took.Round(time.Millisecond), r.admitted, r.exact, 100*float64(r.admitted)/float64(max(r.exact, 1)), r.errs, st.CrossRefused())
+	took, r := underLoad(t, st, 300*time.Millisecond, 500*time.Millisecond, func() {
+		cluster.Failover(t, cluster.Addrs[3]) // the first master's replica, or another's: either is a master's
+	})
+	t.Logf("failover took %s; %s; %d slots refused and sent again", took.Round(time.Millisecond), r, st.CrossRefused())
 }
 
 // TestCrossSlotFallback: where the masters refuse the function library,
