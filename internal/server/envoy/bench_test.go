@@ -3,16 +3,12 @@ package envoy_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
-	"github.com/floodgate/floodgate/internal/server/envoy"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
@@ -24,14 +20,7 @@ import (
 func BenchmarkShouldRateLimit(b *testing.B) {
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	defer st.Close()
-	cfg, err := config.Parse("web.yaml", []byte(envoyDomain))
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	svc := newEnvoyOn(b, st, "web.yaml", envoyDomain, nil)
 	ctx := context.Background()
 	for _, n := range []int{1, 3} {
 		req := &rls.RateLimitRequest{Domain: "web"}
@@ -66,14 +55,7 @@ descriptors:
 `
 	st := redisstore.New(redistest.Start(b).Client(b), nil)
 	defer st.Close()
-	cfg, err := config.Parse("bench.yaml", []byte(domain))
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	svc := newEnvoyOn(b, st, "bench.yaml", domain, nil)
 	reqs := make([]*rls.RateLimitRequest, 1000)
 	for i := range reqs {
 		ip := fmt.Sprint(i)

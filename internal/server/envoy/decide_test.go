@@ -43,20 +43,23 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
 
-// newEnvoy is a Service over a memory store on a fixed clock, at 10s past
-// a minute, and its Envoy answers' clock at the same instant.
+// newEnvoy is a Service of envoyDomain over a memory store on a fixed
+// clock, at 10s past a minute, and its Envoy answers' clock at the same
+// instant.
 func newEnvoy(t *testing.T, opts envoy.Options) *envoy.Service {
 	t.Helper()
-	now := storetest.Base.Add(10 * time.Second)
-	clock := storetest.NewClock(now)
-	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
-	t.Cleanup(func() { st.Close() })
-	cfg, err := config.Parse("web.yaml", []byte(envoyDomain))
+	return newEnvoyDomain(t, opts, envoyDomain)
+}
+
+// newEnvoyOn is a Service of the domain file (named file) over st, with
+// opts (nil: the defaults), its failures logged nowhere.
+func newEnvoyOn(t testing.TB, st floodgate.Store, file, domain string, opts *envoy.Options) *envoy.Service {
+	t.Helper()
+	cfg, err := config.Parse(file, []byte(domain))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Now = func() time.Time { return now }
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &opts)
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,14 +243,7 @@ descriptors:
 	for _, atomic := range []bool{false, true} {
 		st := redisstore.New(srv.Client(t), &redisstore.Options{Prefix: fmt.Sprintf("one%v:", atomic)})
 		t.Cleanup(func() { st.Close() })
-		cfg, err := config.Parse("api.yaml", []byte(domain))
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &envoy.Options{StopIncrementWhenOverLimit: atomic})
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := newEnvoyOn(t, st, "api.yaml", domain, &envoy.Options{StopIncrementWhenOverLimit: atomic})
 		ask := func(descs ...*rlcommon.RateLimitDescriptor) *rls.RateLimitResponse {
 			t.Helper()
 			before := st.Stats().ScriptCalls

@@ -2,15 +2,11 @@ package envoy_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
-	"github.com/floodgate/floodgate/internal/server/envoy"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/storetest"
 )
@@ -22,14 +18,7 @@ func TestExplainEnvoyConcurrency(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	cfg, err := config.Parse("api.yaml", []byte(slotDomain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newEnvoyOn(t, st, "api.yaml", slotDomain, nil)
 	ctx := context.Background()
 	start := envoytest.Request("api", envoytest.Descriptor("api_key", "k1", "floodgate_permit", "req-1"))
 	done := envoytest.Request("api", envoytest.Descriptor("api_key", "k1", "floodgate_permit", "req-1", "floodgate_release", "1"))

@@ -14,13 +14,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// webDomain limits each ip to 1 request an hour.
+const webDomain = "domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"
 
 // serve starts a gRPC server with the rate limit service on the memory
 // store, and returns a connection to it.
@@ -28,28 +29,21 @@ func serve(t *testing.T) (*grpc.ClientConn, *envoy.Server) {
 	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	cfg, err := config.Parse("web.yaml", []byte("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newEnvoyOn(t, st, "web.yaml", webDomain, nil)
 	addr, srv := startGRPC(t, svc)
 	conn := envoytest.Dial(t, addr)
 	return conn, srv
 }
 
-// startGRPC serves svc's rate limit service on a loopback port until t
-// ends, and returns its address.
-func startGRPC(t *testing.T, svc *envoy.Service) (string, *envoy.Server) {
+// startGRPC serves svc's rate limit service on a loopback port, with
+// opts, until t ends, and returns its address.
+func startGRPC(t *testing.T, svc *envoy.Service, opts ...grpc.ServerOption) (string, *envoy.Server) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	srv := envoy.Register(gs, svc, slog.New(slog.DiscardHandler))
 	done := make(chan struct{})
 	go func() {

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"syscall"
 	"testing"
@@ -15,16 +14,13 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 )
 
@@ -37,34 +33,13 @@ func serveLimited(t *testing.T, l envoy.Limits) string {
 	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	cfg, err := config.Parse("web.yaml", []byte("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newEnvoyOn(t, st, "web.yaml", webDomain, nil)
 	opts, err := envoy.ServerOptions(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(opts...)
-	envoy.Register(gs, svc, slog.New(slog.DiscardHandler))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		gs.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
-	return ln.Addr().String()
+	addr, _ := startGRPC(t, svc, opts...)
+	return addr
 }
 
 // h2conn is a raw HTTP/2 client: it sends what a gRPC client would not

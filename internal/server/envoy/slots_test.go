@@ -2,16 +2,12 @@ package envoy_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
-	"github.com/floodgate/floodgate/internal/server/envoy"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/storetest"
 )
@@ -35,14 +31,7 @@ func TestEnvoyConcurrency(t *testing.T) {
 	clock := storetest.NewClock(storetest.Base)
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	cfg, err := config.Parse("api.yaml", []byte(slotDomain))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := newEnvoyOn(t, st, "api.yaml", slotDomain, nil)
 	addr, _ := startGRPC(t, svc)
 	c := envoytest.Client(t, addr)
 	ctx := context.Background()

@@ -2,7 +2,6 @@ package envoy_test
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -13,9 +12,7 @@ import (
 	rls "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/envoy"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/server/statsd"
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
@@ -178,17 +175,9 @@ func containsAll(have, want []string) bool {
 // fixed clock.
 func newEnvoyDomain(t *testing.T, opts envoy.Options, domain string) *envoy.Service {
 	t.Helper()
-	cfg, err := config.Parse("web.yaml", []byte(domain))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := storetest.Base.Add(10 * time.Second)
 	opts.Now = func() time.Time { return now }
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(now), SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return svc
+	return newEnvoyOn(t, st, "web.yaml", domain, &opts)
 }

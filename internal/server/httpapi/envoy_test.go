@@ -18,19 +18,34 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// TestEnvoyJSON is envoyproxy/ratelimit's POST /json: the same request
-// and answer as over gRPC, in protobuf's JSON mapping.
-func TestEnvoyJSON(t *testing.T) {
+// envoyOn is the Envoy service of cfg, with opts (nil: the defaults),
+// over a memory store of its own, its failures logged nowhere.
+func envoyOn(t testing.TB, cfg *config.Config, opts *envoy.Options) *envoy.Service {
+	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
+	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// webEnvoy is the Envoy service of a "web" domain that allows each ip 1
+// request an hour, on envoyOn.
+func webEnvoy(t *testing.T) *envoy.Service {
+	t.Helper()
 	cfg, err := config.Parse("web.yaml", []byte("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return envoyOn(t, cfg, nil)
+}
+
+// TestEnvoyJSON is envoyproxy/ratelimit's POST /json: the same request
+// and answer as over gRPC, in protobuf's JSON mapping.
+func TestEnvoyJSON(t *testing.T) {
+	svc := webEnvoy(t)
 	h := httpapi.Handler(svc.Rules(), &httpapi.Options{Logger: slog.New(slog.DiscardHandler), Envoy: svc.JSONHandler(slog.New(slog.DiscardHandler))})
 	const req = `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"a"}]}]}`
 	for _, tc := range []struct {
@@ -147,12 +162,7 @@ func FuzzEnvoyJSON(f *testing.F) {
 	}
 	var handlers [2]http.Handler
 	for i, atomic := range []bool{false, true} {
-		st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
-		f.Cleanup(func() { st.Close() })
-		svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, &envoy.Options{StopIncrementWhenOverLimit: atomic})
-		if err != nil {
-			f.Fatal(err)
-		}
+		svc := envoyOn(f, cfg, &envoy.Options{StopIncrementWhenOverLimit: atomic})
 		handlers[i] = httpapi.Handler(svc.Rules(), &httpapi.Options{Logger: slog.New(slog.DiscardHandler), Envoy: svc.JSONHandler(slog.New(slog.DiscardHandler))})
 	}
 	f.Fuzz(func(t *testing.T, body, k1, v1, k2 string, hits, perUnit uint32, unit int, atomic bool) {

@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/internal/server/config"
-	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
 	"github.com/floodgate/floodgate/internal/server/service"
 )
@@ -76,16 +73,7 @@ func TestExplainEndpoint(t *testing.T) {
 // POST /v1/explain/envoy: mounted from Options.EnvoyExplain, behind the
 // token, JSON only; the explanation says the same as ShouldRateLimit.
 func TestExplainEnvoyEndpoint(t *testing.T) {
-	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
-	t.Cleanup(func() { st.Close() })
-	cfg, err := config.Parse("web.yaml", []byte("domain: web\ndescriptors:\n  - key: ip\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := webEnvoy(t)
 	log := slog.New(slog.DiscardHandler)
 	h := httpapi.Handler(svc.Rules(), &httpapi.Options{Token: "s3cret", Logger: log, Envoy: svc.JSONHandler(log), EnvoyExplain: svc.ExplainHandler(log)})
 	const req = `{"domain":"web","descriptors":[{"entries":[{"key":"ip","value":"a"}]}]}`

@@ -10,11 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
-	"github.com/floodgate/floodgate/internal/server/envoy"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
-	"github.com/floodgate/floodgate/internal/server/service"
 )
 
 // utf8Handler serves the built-in rule "example" and the Envoy domain
@@ -34,12 +31,7 @@ func utf8Handler(t *testing.T) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
-	t.Cleanup(func() { st.Close() })
-	svc, err := envoy.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := envoyOn(t, cfg, nil)
 	return httpapi.Handler(svc.Rules(), &httpapi.Options{Logger: slog.New(slog.DiscardHandler), Envoy: svc.JSONHandler(slog.New(slog.DiscardHandler))})
 }
 
