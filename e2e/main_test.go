@@ -1,16 +1,13 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
+	"github.com/floodgate/floodgate/internal/testkit/servetest"
 )
 
 // binary is the floodgate command, built once by TestMain from the library
@@ -50,47 +47,5 @@ func serve(t *testing.T, args ...string) *instance {
 	args = append([]string{"serve", "--http", "127.0.0.1:0", "--resp", ""}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	stderr := &syncbuf.Buffer{}
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		for range lines {
-		}
-	})
-	in := &instance{}
-	timeout := time.After(30 * time.Second)
-	for in.httpURL == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("floodgate serve exited before listening:\n%s", stderr)
-			}
-			if rest, ok := strings.CutPrefix(line, "HTTP API on "); ok {
-				in.httpURL = strings.Fields(rest)[0]
-			}
-		case <-timeout:
-			t.Fatalf("floodgate serve did not say where it listens:\n%s", stderr)
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	return in
+	return &instance{httpURL: servetest.Start(t, cmd, false).HTTPURL}
 }

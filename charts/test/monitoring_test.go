@@ -1,7 +1,6 @@
 package charttest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,7 +19,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
-	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
+	"github.com/floodgate/floodgate/internal/testkit/servetest"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -553,7 +552,8 @@ func exported(t *testing.T, bin, redisAddr string) map[string]*dto.MetricFamily 
 	if redisAddr != "" {
 		args = append(args, "--redis", "redis://"+redisAddr, "--redis-monitor", "100ms")
 	}
-	cmd, httpURL, respAddr := startServe(t, bin, args)
+	fg := servetest.Start(t, exec.Command(bin, args...), true)
+	cmd, httpURL, respAddr := fg.Cmd, fg.HTTPURL, fg.RESPAddr
 
 	ctx := context.Background()
 	post := func(path, body string) {
@@ -650,57 +650,4 @@ func waitMetric(t *testing.T, httpURL, prefix string) string {
 			t.Fatalf("no %s in /metrics within 10s (last error %v):\n%s", prefix, err, text)
 		}
 	}
-}
-
-// startServe starts floodgate serve, killed when t ends, and returns it
-// with its HTTP URL and Redis-protocol address once it prints them.
-func startServe(t *testing.T, bin string, args []string) (*exec.Cmd, string, string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		for range lines {
-		}
-	})
-	var httpURL, respAddr string
-	timeout := time.After(30 * time.Second)
-	for httpURL == "" || respAddr == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("floodgate serve exited before listening:\n%s", stderr.String())
-			}
-			if rest, ok := strings.CutPrefix(line, "HTTP API on "); ok {
-				httpURL = strings.Fields(rest)[0]
-			}
-			if rest, ok := strings.CutPrefix(line, "Redis protocol on "); ok {
-				respAddr = strings.Fields(rest)[0]
-			}
-		case <-timeout:
-			t.Fatalf("floodgate serve did not say where it listens:\n%s", stderr.String())
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	return cmd, httpURL, respAddr
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/floodgate/floodgate/internal/testkit/envoytest"
 	"github.com/floodgate/floodgate/internal/testkit/nettest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/servetest"
 	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 	"github.com/floodgate/floodgate/internal/testkit/tlstest"
 	"github.com/redis/go-redis/v9"
@@ -61,7 +62,7 @@ type instance struct {
 	grpcAddr string // with --grpc
 	stderr   *syncbuf.Buffer
 	stdout   *syncbuf.Buffer // every line it printed
-	done     chan error
+	done     <-chan error
 }
 
 // serve starts floodgate serve with args (plus free loopback ports) and
@@ -79,59 +80,8 @@ func serveBinary(t *testing.T, bin string, args ...string) *instance {
 	// The race runtime sleeps a second before exiting, by default; the
 	// shutdown tests time the process, not that.
 	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	in := &instance{cmd: cmd, stderr: &syncbuf.Buffer{}, stdout: &syncbuf.Buffer{}, done: make(chan error, 1)}
-	cmd.Stderr = in.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			fmt.Fprintln(in.stdout, sc.Text())
-			lines <- sc.Text()
-		}
-		close(lines)
-		in.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		for range lines {
-		}
-	})
-	timeout := time.After(30 * time.Second)
-	for in.httpURL == "" || in.respAddr == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("floodgate serve exited before listening:\n%s", in.stderr)
-			}
-			var rec struct{ Msg string }
-			if strings.HasPrefix(line, "{") && json.Unmarshal([]byte(line), &rec) == nil {
-				line = rec.Msg // --log-format json: the banner's lines are records
-			}
-			if rest, ok := strings.CutPrefix(line, "HTTP API on "); ok {
-				in.httpURL = strings.Fields(rest)[0]
-			}
-			if rest, ok := strings.CutPrefix(line, "Envoy rate limit service (gRPC) on "); ok {
-				in.grpcAddr = strings.Fields(rest)[0]
-			}
-			if rest, ok := strings.CutPrefix(line, "Redis protocol on "); ok {
-				in.respAddr = strings.Fields(rest)[0]
-			}
-		case <-timeout:
-			t.Fatalf("floodgate serve did not say where it listens:\n%s", in.stderr)
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	return in
+	p := servetest.Start(t, cmd, true)
+	return &instance{cmd: cmd, httpURL: p.HTTPURL, respAddr: p.RESPAddr, grpcAddr: p.GRPCAddr, stderr: p.Stderr, stdout: p.Stdout, done: p.Done}
 }
 
 func (in *instance) redis(t *testing.T, o *redis.Options) *redis.Client {
