@@ -8,7 +8,6 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/grpclimit"
 	"github.com/floodgate/floodgate/storetest"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -61,16 +60,7 @@ func TestConcurrencyInterceptors(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || first(hdr, grpclimit.MDRetryAfter) != "15" {
 		t.Fatalf("call while the stream holds the slot: %v, %v", err, hdr)
 	}
-	var retry *errdetails.RetryInfo
-	var quota *errdetails.QuotaFailure
-	for _, d := range status.Convert(err).Details() {
-		switch d := d.(type) {
-		case *errdetails.RetryInfo:
-			retry = d
-		case *errdetails.QuotaFailure:
-			quota = d
-		}
-	}
+	retry, quota := details(err)
 	if retry == nil || retry.RetryDelay.AsDuration() != 15*time.Second || quota == nil || quota.Violations[0].Description != "streams" {
 		t.Fatalf("details: %v %v", retry, quota)
 	}

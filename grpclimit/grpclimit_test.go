@@ -81,16 +81,7 @@ func TestUnary(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		var retry *errdetails.RetryInfo
-		var quota *errdetails.QuotaFailure
-		for _, d := range status.Convert(err).Details() {
-			switch d := d.(type) {
-			case *errdetails.RetryInfo:
-				retry = d
-			case *errdetails.QuotaFailure:
-				quota = d
-			}
-		}
+		retry, quota := details(err)
 		if retry == nil || retry.RetryDelay.AsDuration() != 30*time.Second {
 			t.Errorf("step %d: RetryInfo = %v", i, retry)
 		}
@@ -98,6 +89,20 @@ func TestUnary(t *testing.T) {
 			t.Errorf("step %d: QuotaFailure = %v", i, quota)
 		}
 	}
+}
+
+// details returns the RetryInfo and QuotaFailure details of err's
+// status, nil for one it lacks.
+func details(err error) (retry *errdetails.RetryInfo, quota *errdetails.QuotaFailure) {
+	for _, d := range status.Convert(err).Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			retry = d
+		case *errdetails.QuotaFailure:
+			quota = d
+		}
+	}
+	return retry, quota
 }
 
 func first(md metadata.MD, k string) string {
