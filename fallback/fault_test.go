@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
 	"github.com/redis/go-redis/v9"
@@ -427,7 +428,7 @@ func TestClusterMasterDown(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	rs := redisstore.New(client, nil)
 	t.Cleanup(func() { rs.Close() })
-	var log lockedLog
+	var log syncbuf.Buffer
 	// The budget is generous: under the race detector on a loaded CI
 	// machine, three healthy-master calls in a row can take over 50ms, and
 	// this test is about the dead master's breaker, not about load.
@@ -526,23 +527,6 @@ func TestClusterMasterDown(t *testing.T) {
 	if strings.Count(lines, "level=WARN") != 1 || strings.Count(lines, "level=INFO") != 1 || strings.Count(lines, "server="+dead) != 2 {
 		t.Errorf("want one warning and one recovery naming %s, got:\n%s", dead, lines)
 	}
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // A key whose Redis key holds foreign data fails its own decisions with

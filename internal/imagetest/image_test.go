@@ -24,6 +24,7 @@ import (
 	"github.com/floodgate/floodgate/internal/testkit/nettest"
 	"github.com/floodgate/floodgate/internal/testkit/peertest"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
 // maxImageBytes bounds the image's files: a static binary, CA certificates
@@ -296,7 +297,7 @@ type container struct {
 	id, bundle     string
 	http           string // 127.0.0.1:port
 	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
+	stdout, stderr *syncbuf.Buffer
 	done           chan error // runc run's exit
 }
 
@@ -333,7 +334,7 @@ func runProcess(t *testing.T, rootfs string, img imageConfig, o runOptions) *con
 		id:     fmt.Sprintf("floodgate-imagetest-%d-%d", os.Getpid(), time.Now().UnixNano()),
 		bundle: t.TempDir(),
 		http:   o.http,
-		stdout: &syncBuffer{}, stderr: &syncBuffer{},
+		stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{},
 		done: make(chan error, 1),
 	}
 	args := o.args

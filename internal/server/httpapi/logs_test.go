@@ -1,14 +1,12 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
 	"github.com/floodgate/floodgate/internal/server/service"
+	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
 // failStore is a store whose every decision fails, as Redis down without
@@ -35,17 +34,6 @@ func (failPolicy) Take(context.Context, string, int64) (core.Decision, error) {
 	return core.Decision{}, fmt.Errorf("%w: connection refused", floodgate.ErrStore)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // TestStoreFailureLogBounded: a store failing every check logs a line a
 // second, not one a request, with the trace id of a traceparent header.
 func TestStoreFailureLogBounded(t *testing.T) {
@@ -55,7 +43,7 @@ func TestStoreFailureLogBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(logctx.NewHandler(slog.NewTextHandler(&buf, nil)))})
 	const requests = 200
 	start := time.Now()
@@ -72,9 +60,7 @@ func TestStoreFailureLogBounded(t *testing.T) {
 		}
 	}
 	secs := time.Since(start).Seconds()
-	buf.mu.Lock()
-	out := buf.b.String()
-	buf.mu.Unlock()
+	out := buf.String()
 	lines := strings.Count(out, "\n")
 	if lines < 1 || float64(lines) > 1+secs {
 		t.Errorf("%d requests in %.2fs logged %d lines, want 1 and at most one a second more:\n%s", requests, secs, lines, out)
