@@ -9,9 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -214,27 +215,23 @@ func validate(path string, o config.LoadOptions, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "  %s%s: %s\n", r.Name, note, strings.Join(ls, "; "))
 	}
-	names := make([]string, 0, len(cfg.Domains))
-	for name := range cfg.Domains {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		d := cfg.Domains[name]
-		fmt.Fprintf(stdout, "  domain %s (%s):\n", name, d.File)
-		printDescriptors(stdout, &d.Root)
-	}
+	printDomains(stdout, cfg, "  ")
 	return 0
+}
+
+// printDomains lists cfg's Envoy domains in name order, each with its
+// file (the line after indent) and its limits.
+func printDomains(w io.Writer, cfg *config.Config, indent string) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Domains)) {
+		d := cfg.Domains[name]
+		fmt.Fprintf(w, "%sdomain %s (%s):\n", indent, name, d.File)
+		printDescriptors(w, &d.Root)
+	}
 }
 
 // printDescriptors lists a domain's limits, one line each, in name order.
 func printDescriptors(w io.Writer, n *config.Descriptor) {
-	names := make([]string, 0, len(n.Children))
-	for name := range n.Children {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(n.Children)) {
 		c := n.Children[name]
 		if l := c.Limit; l != nil {
 			what := "unlimited"

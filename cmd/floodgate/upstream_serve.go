@@ -71,17 +71,7 @@ func debugHandler(rl *envoy.Service) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		cfg := rl.Rules().Config()
-		names := make([]string, 0, len(cfg.Domains))
-		for name := range cfg.Domains {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			d := cfg.Domains[name]
-			fmt.Fprintf(w, "domain %s (%s):\n", name, d.File)
-			printDescriptors(w, &d.Root)
-		}
+		printDomains(w, rl.Rules().Config(), "")
 	})
 	mux.Handle("GET /stats", metricsHandler(rl))
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "OK") })
