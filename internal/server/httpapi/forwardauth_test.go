@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -22,12 +21,7 @@ func authHandler(t *testing.T, o httpapi.Options) http.Handler {
 	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: storetest.NewClock(storetest.Base), SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	svc, err := service.New(st, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Logger = slog.New(slog.DiscardHandler)
-	return httpapi.Handler(svc, &o)
+	return handlerOn(t, st, config.Example(), &o)
 }
 
 var proxy = []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32")}

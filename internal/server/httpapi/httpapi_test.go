@@ -22,15 +22,26 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newHandler(t *testing.T, o *httpapi.Options) http.Handler {
+// newHandler is the API on the example rule over a memory store of its
+// own, with o.
+func newHandler(t testing.TB, o *httpapi.Options) http.Handler {
 	t.Helper()
 	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	svc, err := service.New(st, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
+	return handlerOn(t, st, config.Example(), o)
+}
+
+// handlerOn is the API on cfg's rules over st, with o; the service's
+// failures, and the API's unless o names a Logger, are logged nowhere.
+func handlerOn(t testing.TB, st floodgate.Store, cfg *config.Config, o *httpapi.Options) http.Handler {
+	t.Helper()
+	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Logger = slog.New(slog.DiscardHandler)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	return httpapi.Handler(svc, o)
 }
 
@@ -128,13 +139,7 @@ func FuzzAPI(f *testing.F) {
 	f.Add("PUT", "/v1/check", "text/plain", []byte("x"))
 	f.Add("GET", "/v1/auth/example?key={method}:{header:X-A|path}&deny=429", "", []byte(nil))
 	f.Add("POST", "/v1/check", "application/json; charset=utf-8", []byte(`{"rule":"example","key":"\u0000","cost":-9223372036854775808}`))
-	st := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
-	f.Cleanup(func() { st.Close() })
-	svc, err := service.New(st, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		f.Fatal(err)
-	}
-	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	h := newHandler(f, &httpapi.Options{})
 	f.Fuzz(func(t *testing.T, method, path, ctype string, body []byte) {
 		req, err := http.NewRequest(method, "http://floodgate"+path, bytes.NewReader(body))
 		if err != nil || req.URL.Path == "" {

@@ -15,7 +15,6 @@ import (
 	"github.com/floodgate/floodgate/internal/lib/logctx"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/syncbuf"
 )
 
@@ -39,12 +38,8 @@ func (failPolicy) Take(context.Context, string, int64) (core.Decision, error) {
 func TestStoreFailureLogBounded(t *testing.T) {
 	mem := floodgate.NewMemoryStore(&floodgate.MemoryOptions{SweepInterval: -1})
 	t.Cleanup(func() { mem.Close() })
-	svc, err := service.New(failStore{mem}, config.Example(), &service.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var buf syncbuf.Buffer
-	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(logctx.NewHandler(slog.NewTextHandler(&buf, nil)))})
+	h := handlerOn(t, failStore{mem}, config.Example(), &httpapi.Options{Logger: slog.New(logctx.NewHandler(slog.NewTextHandler(&buf, nil)))})
 	const requests = 200
 	start := time.Now()
 	for i := range requests {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,7 +14,6 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -64,11 +62,7 @@ func FuzzOverrideAPI(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		f.Fatal(err)
-	}
-	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	h := handlerOn(f, st, cfg, &httpapi.Options{})
 	strategies := []string{"", "additive", "as-is", "proportional", "reset"}
 
 	f.Fuzz(func(t *testing.T, rule, key string, body []byte, cost int64, op byte) {

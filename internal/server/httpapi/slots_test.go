@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/internal/server/config"
 	"github.com/floodgate/floodgate/internal/server/httpapi"
-	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/storetest"
 )
 
@@ -22,11 +20,7 @@ func TestSlotEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := service.New(st, cfg, &service.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := httpapi.Handler(svc, &httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	h := handlerOn(t, st, cfg, &httpapi.Options{})
 	post := func(path, body string) (int, httpapi.SlotResponse, string) {
 		req := httptest.NewRequest("POST", path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
