@@ -94,19 +94,25 @@ func (in *instance) redis(t *testing.T, o *redis.Options) *redis.Client {
 	return c
 }
 
+// post sends body, JSON, to the HTTP API's path with the headers hdr
+// (name, value pairs), and returns the status and the JSON answer.
 func (in *instance) post(t *testing.T, path, body string, hdr ...string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", in.httpURL+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
+	return in.request(t, "POST", path, strings.NewReader(body), append([]string{"Content-Type", "application/json"}, hdr...)...)
+}
+
+// get is post for a GET of path.
+func (in *instance) get(t *testing.T, path string, hdr ...string) (int, map[string]any) {
+	t.Helper()
+	return in.request(t, "GET", path, nil, hdr...)
+}
+
+func (in *instance) request(t *testing.T, method, path string, body io.Reader, hdr ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, in.httpURL+path, body)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	return do(t, req)
-}
-
-func (in *instance) get(t *testing.T, path string) (int, map[string]any) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", in.httpURL+path, nil)
 	return do(t, req)
 }
 

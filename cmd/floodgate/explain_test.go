@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,14 +22,7 @@ func TestExplainServe(t *testing.T) {
 	in := serve(t, "--redis", srv.URL()+"/0", "--config", dir, "--token", "s3cret", "--denial-cache", "--instances", "4", "--budget", "5s")
 	ctx := context.Background()
 	auth := []string{"Authorization", "Bearer s3cret"}
-	get := func(path string, hdr ...string) (int, map[string]any) {
-		req, _ := http.NewRequest("GET", in.httpURL+path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		return do(t, req)
-	}
-	if code, _ := get("/v1/explain?rule=api&key=bob"); code != 401 {
+	if code, _ := in.get(t, "/v1/explain?rule=api&key=bob"); code != 401 {
 		t.Errorf("/v1/explain without the token: %d, want 401", code)
 	}
 	if code, _ := in.post(t, "/v1/explain/envoy", `{"domain":"edge"}`); code != 401 {
@@ -48,7 +40,7 @@ func TestExplainServe(t *testing.T) {
 	// it subscribes to at start: ask until the second denial is cached.
 	var e map[string]any
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		code, body := get("/v1/explain?rule=api&key=bob", auth...)
+		code, body := in.get(t, "/v1/explain?rule=api&key=bob", auth...)
 		if code != 200 {
 			t.Fatalf("/v1/explain: %d %v", code, body)
 		}

@@ -175,9 +175,7 @@ func TestTraceOTLP(t *testing.T) {
 			if code, body := in.post(t, "/v1/check", `{"rule":"api","key":"alice"}`, "traceparent", traceparent(check)); code != 200 || body["allowed"] != true {
 				t.Fatalf("check: %d %v", code, body)
 			}
-			req, _ := http.NewRequest("GET", in.httpURL+"/v1/auth/api?key=bob", nil)
-			req.Header.Set("traceparent", traceparent(auth))
-			if code, _ := do(t, req); code != 200 {
+			if code, _ := in.get(t, "/v1/auth/api?key=bob", "traceparent", traceparent(auth)); code != 200 {
 				t.Fatalf("forward auth: %d", code)
 			}
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", traceparent(envoy))
