@@ -53,10 +53,14 @@ type call struct {
 	asked     time.Time // when it queued
 	work      int64     // its sliding-log work (logWork), set as it queues
 
-	// The storage of declared (so keys) and out for a lone limit, so that
-	// a decision allocates neither.
+	// The storage of declared (so keys) and out for a lone limit, of
+	// the fast path's argument for a lone call, and of the batch that
+	// holds c alone (see alone), so that a decision allocates none of
+	// them.
 	kbuf [2]string
 	obuf [4]int64
+	abuf [1]any
+	one  [1]*call
 }
 
 // op is what a call does with its cost, as decide.lua's modes.

@@ -169,7 +169,8 @@ func (f *foreignKeys) settle(c *call) {
 func (s *Store) sendBucket(ctx context.Context, c *call) {
 	s.counted(1, 1)
 	s.traceSent([]*call{c}, 1)
-	s.readBucket(ctx, c, s.runBucket(ctx, c.declared, c.p.fast.boxed(c.now, c.n, c.op, false)))
+	c.abuf[0] = c.p.fast.boxed(c.now, c.n, c.op, false)
+	s.readBucket(ctx, c, s.run(ctx, entryBucket, c.declared, c.abuf[:]))
 }
 
 // readBucket sets c's result from the fast path's reply cmd, and hands c
@@ -311,7 +312,7 @@ func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
 	calls, keys, args, n := bucketsArgs(calls)
 	s.counted(1, n)
 	s.traceSent(calls, n)
-	res, err := s.run(ctx, s.scripts.bucketsFn, s.scripts.buckets, keys, args...).Text()
+	res, err := s.run(ctx, entryBuckets, keys, args).Text()
 	s.readBuckets(ctx, calls, n, res, err)
 }
 
@@ -590,31 +591,20 @@ func bigEndian64(b string) uint64 {
 // path does not decide.
 var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 
-// runBucket runs the fast path: with FCALL while Redis takes it, and with
-// EVALSHA otherwise.
-func (s *Store) runBucket(ctx context.Context, keys []string, arg any) *redis.Cmd {
-	return s.run(ctx, s.scripts.bucketFn, s.scripts.bucket, keys, arg)
-}
-
-// runDecide runs decide.lua, as runBucket runs the fast path.
-func (s *Store) runDecide(ctx context.Context, keys []string, args ...any) *redis.Cmd {
-	return s.run(ctx, s.scripts.decideFn, s.scripts.decide, keys, args...)
-}
-
-// run calls the library's function fn while Redis takes functions, and
-// runs script, its equal, otherwise. A call that a Cluster refuses with
-// TRYAGAIN goes again until it runs, the caller's context ends, or
-// tryAgainFor has passed: while a slot migrates, Redis refuses every call
-// that declares keys of it some of which are missing (as an absent
-// override key usually is), until the slot has moved; go-redis's own
-// few retries end sooner than a slot's move on a loaded host. Nothing
-// ran, so nothing was charged.
-func (s *Store) run(ctx context.Context, fn string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := s.runOnce(ctx, fn, script, keys, args...)
+// run calls entry e's function of the library while Redis takes
+// functions, and runs its script, the function's equal, otherwise. A
+// call that a Cluster refuses with TRYAGAIN goes again until it runs,
+// the caller's context ends, or tryAgainFor has passed: while a slot
+// migrates, Redis refuses every call that declares keys of it some of
+// which are missing (as an absent override key usually is), until the
+// slot has moved; go-redis's own few retries end sooner than a slot's
+// move on a loaded host. Nothing ran, so nothing was charged.
+func (s *Store) run(ctx context.Context, e entry, keys []string, args []any) *redis.Cmd {
+	cmd := s.runOnce(ctx, e, keys, args)
 	if !tryAgain(cmd.Err()) {
 		return cmd
 	}
-	return untilMoved(ctx, cmd, func() *redis.Cmd { return s.runOnce(ctx, fn, script, keys, args...) })
+	return untilMoved(ctx, cmd, func() *redis.Cmd { return s.runOnce(ctx, e, keys, args) })
 }
 
 // untilMoved calls again while cmd, call's last answer, is TRYAGAIN, as
@@ -649,16 +639,16 @@ func tryAgain(err error) bool {
 }
 
 // runOnce is run's one call (and the library's loading).
-func (s *Store) runOnce(ctx context.Context, fn string, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if s.argKeys && !s.noFunctions.Load() {
-		if afn := s.scripts.argKeysFn(fn); afn != "" {
-			fn, args, keys = afn, argKeysArgs(keys, args), nil
-		}
-	}
+func (s *Store) runOnce(ctx context.Context, e entry, keys []string, args []any) *redis.Cmd {
+	script := s.scripts.scripts[e]
 	if s.noFunctions.Load() {
 		return script.Run(ctx, s.client, keys, args...)
 	}
-	cmd := s.client.FCall(ctx, fn, keys, args...)
+	fn, fkeys, fargs := s.scripts.fns[e], keys, args
+	if afn := s.scripts.argKeysFns[e]; s.argKeys && afn != nil {
+		fn, fkeys, fargs = afn, nil, argKeysArgs(keys, args)
+	}
+	cmd := s.fcall(ctx, fn, fkeys, fargs)
 	if functionMissing(cmd.Err()) {
 		// Never loaded here, flushed, or a failover to a server without
 		// it: load it, then call again.
@@ -675,7 +665,7 @@ func (s *Store) runOnce(ctx context.Context, fn string, script *redis.Script, ke
 			// later one loads the library again.
 			return script.Run(ctx, s.client, keys, args...)
 		}
-		cmd = s.client.FCall(ctx, fn, keys, args...)
+		cmd = s.fcall(ctx, fn, fkeys, fargs)
 	}
 	err := cmd.Err()
 	switch {
@@ -689,6 +679,31 @@ func (s *Store) runOnce(ctx context.Context, fn string, script *redis.Script, ke
 		return cmd // a failure to reach Redis, or the function's own error
 	}
 	return script.Run(ctx, s.client, keys, args...)
+}
+
+// fcall calls the library's function fn (its name, boxed once: see
+// scriptSet) on keys with args.
+func (s *Store) fcall(ctx context.Context, fn any, keys []string, args []any) *redis.Cmd {
+	cmd := fcallCmd(ctx, fn, keys, args)
+	_ = s.client.Process(ctx, cmd) // the error is cmd's
+	return cmd
+}
+
+// fcallCmd returns the command FCALL fn on keys with args, as go-redis's
+// FCall builds it (the same arguments, the same first key for a
+// Cluster's routing), in one allocation of its arguments: FCall boxes
+// the function's name and copies its variadic arguments at every call.
+func fcallCmd(ctx context.Context, fn any, keys []string, args []any) *redis.Cmd {
+	all := make([]any, 3+len(keys), 3+len(keys)+len(args))
+	all[0], all[1], all[2] = "fcall", fn, len(keys)
+	for i, k := range keys {
+		all[3+i] = k
+	}
+	cmd := redis.NewCmd(ctx, append(all, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // functionMissing reports whether err is Redis saying the library is not

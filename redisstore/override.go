@@ -236,7 +236,7 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 		declared = append(declared, extra...)
 	}
 	for try := 1; ; try++ {
-		res, err := p.s.runDecide(ctx, s.overrideKeys.appendTo(declared, okey), args...).Slice()
+		res, err := p.s.run(ctx, entryDecide, s.overrideKeys.appendTo(declared, okey), args).Slice()
 		if s.denials != nil {
 			s.denials.forget(key)
 		}

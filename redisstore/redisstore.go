@@ -573,8 +573,14 @@ func (s *Store) sendOne(c *call) error {
 	if s.batch != nil {
 		return s.batch.do(c)
 	}
-	s.send(c.ctx, []*call{c})
+	s.send(c.ctx, c.alone())
 	return c.err
+}
+
+// alone returns a batch of c alone.
+func (c *call) alone() []*call {
+	c.one[0] = c
+	return c.one[:]
 }
 
 // decision combines the verdicts of c's limits that the script returned:

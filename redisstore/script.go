@@ -32,29 +32,30 @@ var (
 // decideBatch or crossBatch with the call's keys and arguments (see
 // protocol.go's Assembly). It is immutable.
 type scriptSet struct {
-	// The scripts, for a Redis without functions (see library): go-redis
-	// runs each with EVALSHA, and falls back to EVAL (which loads it) when
-	// Redis answers NOSCRIPT.
-	bucket, buckets, decide *redis.Script
-	// The function library, its name, and its functions' names; the
-	// last three take their keys as arguments (argKeysArgs, and crossFn
-	// a Cluster master's parts, see cross.go).
-	libraryCode, libraryName                   string
-	bucketFn, bucketsFn, decideFn              string
-	bucketsArgKeysFn, decideArgKeysFn, crossFn string
+	// The scripts, by entry, for a Redis without functions (see
+	// library): go-redis runs each with EVALSHA, and falls back to EVAL
+	// (which loads it) when Redis answers NOSCRIPT.
+	scripts [entries]*redis.Script
+	// The library's function of each entry, its name boxed once as
+	// FCALL's argument (see fcallCmd), and the function that does the
+	// same with its keys as arguments (argKeysArgs), nil for none.
+	fns, argKeysFns [entries]any
+	// The function library, its name, and its function that takes a
+	// Cluster master's parts (see cross.go).
+	libraryCode, libraryName string
+	crossFn                  string
 }
 
-// argKeysFn returns the function of the library that does what fn does
-// with its keys as arguments, or "" for none.
-func (set *scriptSet) argKeysFn(fn string) string {
-	switch fn {
-	case set.bucketsFn:
-		return set.bucketsArgKeysFn
-	case set.decideFn:
-		return set.decideArgKeysFn
-	}
-	return ""
-}
+// entry names one of the scripts' entry points, each a script and a
+// function of the library.
+type entry uint8
+
+const (
+	entryBucket  entry = iota // bucketOne: the fast path's lone request
+	entryBuckets              // bucketBatch: the fast path's batch
+	entryDecide               // decideBatch: decide.lua's batch
+	entries
+)
 
 // argKeysArgs returns the arguments of a call of the buckets or decide
 // function with its keys as arguments (<library>_buckets_argkeys,
@@ -89,15 +90,16 @@ func newScriptSet(prelude, entry string) *scriptSet {
 	script := func(src, call string) *redis.Script {
 		return redis.NewScript(expandLua(head + src + "local keys = scriptKeys\n" + entry + "return " + call + "\n"))
 	}
-	set := &scriptSet{
-		bucket:  script(bucketSource, "bucketOne(keys[1], keys[2], scriptArgv[1])"),
-		buckets: script(bucketSource, "bucketBatch(keys, scriptArgv)"),
-		decide:  script(decideSource, "decideBatch(keys, scriptArgv)"),
-	}
+	set := &scriptSet{scripts: [entries]*redis.Script{
+		entryBucket:  script(bucketSource, "bucketOne(keys[1], keys[2], scriptArgv[1])"),
+		entryBuckets: script(bucketSource, "bucketBatch(keys, scriptArgv)"),
+		entryDecide:  script(decideSource, "decideBatch(keys, scriptArgv)"),
+	}}
 	set.libraryCode, set.libraryName = library(prelude, entry)
-	set.bucketFn, set.bucketsFn, set.decideFn = set.libraryName+"_bucket", set.libraryName+"_buckets", set.libraryName+"_decide"
-	set.bucketsArgKeysFn, set.decideArgKeysFn = set.bucketsFn+"_argkeys", set.decideFn+"_argkeys"
-	set.crossFn = set.libraryName + "_cross"
+	name := set.libraryName
+	set.fns = [entries]any{entryBucket: name + "_bucket", entryBuckets: name + "_buckets", entryDecide: name + "_decide"}
+	set.argKeysFns = [entries]any{entryBuckets: name + "_buckets_argkeys", entryDecide: name + "_decide_argkeys"}
+	set.crossFn = name + "_cross"
 	return set
 }
 
@@ -193,7 +195,7 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 		keys, args := s.decideArgs(send)
 		s.counted(1, len(send))
 		s.traceSent(send, len(send))
-		res, err := s.runDecide(ctx, keys, args...).Slice()
+		res, err := s.run(ctx, entryDecide, keys, args).Slice()
 		s.decideResult(send, res, err)
 		var again []*call
 		for _, c := range send {

@@ -108,12 +108,16 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		}
 		if len(g) == 1 && !inGroups {
 			c := g[0]
-			ps = append(ps, piped{calls: g, group: g, n: 1, one: true,
-				cmd: pipe.FCall(ctx, s.scripts.bucketFn, c.declared, c.p.fast.boxed(c.now, c.n, c.op, false))})
+			c.abuf[0] = c.p.fast.boxed(c.now, c.n, c.op, false)
+			cmd := fcallCmd(ctx, s.scripts.fns[entryBucket], c.declared, c.abuf[:])
+			_ = pipe.Process(ctx, cmd)
+			ps = append(ps, piped{calls: g, group: g, n: 1, one: true, cmd: cmd})
 			continue
 		}
 		ordered, keys, args, n := bucketsArgs(g)
-		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: pipe.FCall(ctx, s.scripts.bucketsFn, keys, args...)})
+		cmd := fcallCmd(ctx, s.scripts.fns[entryBuckets], keys, args)
+		_ = pipe.Process(ctx, cmd)
+		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: cmd})
 	}
 	var wg sync.WaitGroup
 	if len(alone) > 0 {
