@@ -39,7 +39,7 @@ import (
 // (RECORD_ELSEWHERE, with the override, whose keys it then declares), and
 // it goes on to decide.lua with its slot's other such requests, which,
 // like every decide.lua call, sends a request back for its override's
-// keys ("?") and again with them (sendDecide). Where the Cluster lacks
+// keys ("?") and again with them (decideEngine). Where the Cluster lacks
 // functions (Redis 6, a managed service that refuses FUNCTION LOAD), the
 // Store batches per slot as before, and says so once in its log.
 

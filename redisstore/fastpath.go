@@ -201,7 +201,7 @@ func (s *Store) handOn(ctx context.Context, calls []*call) {
 		slow = append(slow, c)
 	}
 	if slow != nil {
-		s.sendDecide(ctx, slow)
+		s.exec(ctx, decideEngine{}, slow)
 	}
 }
 

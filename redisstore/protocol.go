@@ -121,7 +121,7 @@ import (
 // An item on a key whose override has limits whose keys the call did not
 // declare answers, undecided and changing nothing, "?", the override key,
 // a newline and the override: the client records the keys it needs
-// (overrideKeys) and sends the item again (sendDecide, runCarry), at most
+// (overrideKeys) and sends the item again (decideEngine, runCarry), at most
 // maxDeclare times in all.
 //
 // # bucket.lua: arguments

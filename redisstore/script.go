@@ -181,22 +181,31 @@ func (s *Store) sendCall(ctx context.Context, calls []*call) {
 		}
 		return
 	}
-	s.sendDecide(ctx, calls)
+	s.exec(ctx, decideEngine{}, calls)
 }
 
-// sendDecide runs calls whose keys share a slot in one call of
-// decide.lua. A call that decide.lua sends back for the keys of its key's
+// decideEngine is decide.lua's batch (decideBatch): any requests on any
+// limits. A call that decide.lua sends back for the keys of its key's
 // override, which it does not declare (errUndeclared), goes again with
 // them, in a call of those alone: at most maxDeclare times, each after an
 // override that changed in between.
-func (s *Store) sendDecide(ctx context.Context, calls []*call) {
-	send := calls
+type decideEngine struct{}
+
+func (decideEngine) entry() entry { return entryDecide }
+
+func (decideEngine) encode(s *Store, calls []*call) frame {
+	keys, args := s.decideArgs(calls)
+	return frame{calls: calls, keys: keys, args: args, n: len(calls)}
+}
+
+func (decideEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
+	res, err := cmd.Slice()
+	s.decideResult(f.calls, res, err)
+}
+
+func (e decideEngine) settle(ctx context.Context, s *Store, f frame) {
+	send := f.calls
 	for try := 1; ; try++ {
-		keys, args := s.decideArgs(send)
-		s.counted(1, len(send))
-		s.traceSent(send, len(send))
-		res, err := s.run(ctx, entryDecide, keys, args).Slice()
-		s.decideResult(send, res, err)
 		var again []*call
 		for _, c := range send {
 			if c.err != errUndeclared {
@@ -215,9 +224,9 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 		if again == nil {
 			break
 		}
-		send = again
+		send = s.trip(ctx, e, again).calls
 	}
-	for _, c := range calls {
+	for _, c := range f.calls {
 		if c.err == nil {
 			s.foreign.settle(c)
 			for _, m := range c.group {
@@ -227,7 +236,8 @@ func (s *Store) sendDecide(ctx context.Context, calls []*call) {
 	}
 }
 
-// maxDeclare is the most script calls that sendDecide makes for a call.
+// maxDeclare is the most script calls that decideEngine makes for a
+// call.
 const maxDeclare = 3
 
 // errUndeclared is decideResult's answer for a call that decide.lua sent
