@@ -90,10 +90,7 @@ func (s *Store) crossOff(why error) {
 // crossPart is one slot's share of a cross-slot call.
 type crossPart struct {
 	group []*call // as grouped, to send again if refused
-	calls []*call // in the order bucketBatch reads them
-	keys  []string
-	args  []any
-	n     int // requests
+	frame         // the fast path's batch of them (bucketsEngine)
 }
 
 // sendCross sends, in one call of crossBatch to the master that the
@@ -118,13 +115,13 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 			rest = append(rest, g)
 			continue
 		}
-		ordered, keys, args, n := bucketsArgs(g)
-		if slotOf(keys[0]+crossProbe) != slotOf(keys[0]) {
+		f := bucketsEngine{}.encode(s, g)
+		if slotOf(f.keys[0]+crossProbe) != slotOf(f.keys[0]) {
 			rest = append(rest, g) // a key without a hash tag of its own (a prefix with "{}")
 			continue
 		}
-		parts = append(parts, crossPart{group: g, calls: ordered, keys: keys, args: args, n: n})
-		nargs += 2 + len(keys) + len(args)
+		parts = append(parts, crossPart{group: g, frame: f})
+		nargs += 2 + len(f.keys) + len(f.args)
 	}
 	if len(parts) < 2 {
 		return groups
@@ -186,14 +183,12 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 			if n <= uint64(len(res)-4) {
 				part, res = res[4:4+n], res[4+n:]
 				decided += p.n
-				s.readBuckets(ctx, p.calls, p.n, part, nil)
-				release(p.group)
+				s.crossDecoded(ctx, p, part, nil)
 				continue
 			}
 		}
 		res = ""
-		s.readBuckets(ctx, p.calls, p.n, "", fmt.Errorf("%w: the cross-slot script returned a reply floodgate cannot read", floodgate.ErrStore))
-		release(p.group)
+		s.crossDecoded(ctx, p, "", fmt.Errorf("%w: the cross-slot script returned a reply floodgate cannot read", floodgate.ErrStore))
 	}
 	s.counted(1, decided)
 	if refused > 0 {
@@ -201,6 +196,16 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 		cc.ReloadState(ctx)
 	}
 	return rest
+}
+
+// crossDecoded sets the results of part p's calls from its share of the
+// reply (bucketBatch's reply, or err), sends on those that the fast path
+// did not decide, and wakes p's callers.
+func (s *Store) crossDecoded(ctx context.Context, p crossPart, res string, err error) {
+	e := bucketsEngine{}
+	e.read(s, p.frame, res, err)
+	e.settle(ctx, s, p.frame)
+	release(p.group)
 }
 
 // runCross calls crossBatch on node with argv, loading the library there

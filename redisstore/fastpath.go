@@ -302,18 +302,29 @@ func putDouble(b []byte, v int64) {
 	binary.BigEndian.PutUint64(b, math.Float64bits(float64(v)))
 }
 
-// sendBuckets decides lone bucket decisions with one call of the fast
-// path's batch (bucketBatch in bucket.lua): each costs Redis the fast
-// path's two reads and one write, without decide.lua's general machinery,
-// and the call's own cost is shared by all of them.
-// A group goes in the same call, its requests after its mark (see
-// groupArgs), and is decided whole or handed on whole.
-func (s *Store) sendBuckets(ctx context.Context, calls []*call) {
+// bucketsEngine is the fast path's batch (bucketBatch in bucket.lua):
+// each request costs Redis the fast path's two reads and one write,
+// without decide.lua's general machinery, and the call's own cost is
+// shared by all of them. A group goes in the same call, its requests
+// after its mark (see groupArgs), and is decided whole or handed on
+// whole. The requests that the fast path does not decide go on to
+// decide.lua (handOn).
+type bucketsEngine struct{}
+
+func (bucketsEngine) entry() entry { return entryBuckets }
+
+func (bucketsEngine) encode(_ *Store, calls []*call) frame {
 	calls, keys, args, n := bucketsArgs(calls)
-	s.counted(1, n)
-	s.traceSent(calls, n)
-	res, err := s.run(ctx, entryBuckets, keys, args).Text()
-	s.readBuckets(ctx, calls, n, res, err)
+	return frame{calls: calls, keys: keys, args: args, n: n}
+}
+
+func (e bucketsEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
+	res, err := cmd.Text()
+	e.read(s, f, res, err)
+}
+
+func (bucketsEngine) settle(ctx context.Context, s *Store, f frame) {
+	s.handOn(ctx, f.calls)
 }
 
 // bucketsArgs returns calls in the order bucketBatch reads them, its keys
@@ -372,10 +383,11 @@ func groupArgs(args []any, c *call) []any {
 	return append(args, groupFlaggedMark+count, string(flags))
 }
 
-// readBuckets sets the results of calls, as bucketsArgs ordered them, of n
-// requests, from bucketBatch's reply res or its error err, and hands on to
-// decide.lua those that the fast path did not decide.
-func (s *Store) readBuckets(ctx context.Context, calls []*call, n int, res string, err error) {
+// read sets the results of f's calls from bucketBatch's reply res or its
+// error err: the decoding of a reply that a Cluster's call across slots
+// (cross.go) carries a part of.
+func (bucketsEngine) read(s *Store, f frame, res string, err error) {
+	calls, n := f.calls, f.n
 	read := func(c *call) {
 		switch {
 		case err != nil:
@@ -414,7 +426,6 @@ func (s *Store) readBuckets(ctx context.Context, calls []*call, n int, res strin
 			}
 		}
 	}
-	s.handOn(ctx, calls)
 }
 
 // appendKeys appends the key of each request of calls, a group's members'

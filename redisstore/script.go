@@ -177,7 +177,7 @@ func (s *Store) sendCall(ctx context.Context, calls []*call) {
 		if len(calls) == 1 && !groups {
 			s.sendBucket(ctx, calls[0])
 		} else {
-			s.sendBuckets(ctx, calls)
+			s.exec(ctx, bucketsEngine{}, calls)
 		}
 		return
 	}

@@ -114,10 +114,10 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 			ps = append(ps, piped{calls: g, group: g, n: 1, one: true, cmd: cmd})
 			continue
 		}
-		ordered, keys, args, n := bucketsArgs(g)
-		cmd := fcallCmd(ctx, s.scripts.fns[entryBuckets], keys, args)
+		f := bucketsEngine{}.encode(s, g)
+		cmd := fcallCmd(ctx, s.scripts.fns[entryBuckets], f.keys, f.args)
 		_ = pipe.Process(ctx, cmd)
-		ps = append(ps, piped{calls: ordered, group: g, n: n, cmd: cmd})
+		ps = append(ps, piped{calls: f.calls, group: g, n: f.n, cmd: cmd})
 	}
 	var wg sync.WaitGroup
 	if len(alone) > 0 {
@@ -155,8 +155,9 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 			if p.one {
 				s.readBucket(ctx, p.calls[0], p.cmd)
 			} else {
-				res, err := p.cmd.Text()
-				s.readBuckets(ctx, p.calls, p.n, res, err)
+				f := frame{calls: p.calls, n: p.n}
+				bucketsEngine{}.decode(s, f, p.cmd)
+				bucketsEngine{}.settle(ctx, s, f)
 			}
 			release(p.group)
 		}
