@@ -68,3 +68,20 @@ func (s *Store) trip(ctx context.Context, e engine, calls []*call) frame {
 	e.decode(s, f, s.run(ctx, e.entry(), f.keys, f.args))
 	return f
 }
+
+// engineFor returns the engine that decides calls, whose keys share a
+// slot: the fast path when it decides every one of them (allFast), a
+// lone request alone and any other batch in one call of bucketBatch
+// rather than as a pipeline of one call each (one call costs both sides
+// less per decision: bench's redisbench, 8 goroutines); decide.lua
+// otherwise.
+func (s *Store) engineFor(calls []*call) engine {
+	fast, groups := s.allFast(calls)
+	switch {
+	case !fast || s.noFastPath:
+		return decideEngine{}
+	case len(calls) == 1 && !groups:
+		return bucketEngine{}
+	}
+	return bucketsEngine{}
+}

@@ -164,22 +164,27 @@ func (f *foreignKeys) settle(c *call) {
 	f.mu.Unlock()
 }
 
-// sendBucket decides one request on one bucket limit or fixed window with
-// the fast path.
-func (s *Store) sendBucket(ctx context.Context, c *call) {
-	s.counted(1, 1)
-	s.traceSent([]*call{c}, 1)
+// bucketEngine is the fast path's lone request (bucketOne): one request
+// on a lone bucket or fixed window, which declares its key and its
+// override key. A request that the fast path does not decide goes on to
+// decide.lua (handOn).
+type bucketEngine struct{}
+
+func (bucketEngine) entry() entry { return entryBucket }
+
+func (bucketEngine) encode(_ *Store, calls []*call) frame {
+	c := calls[0]
 	c.abuf[0] = c.p.fast.boxed(c.now, c.n, c.op, false)
-	s.readBucket(ctx, c, s.run(ctx, entryBucket, c.declared, c.abuf[:]))
+	return frame{calls: calls, keys: c.declared, args: c.abuf[:], n: 1}
 }
 
-// readBucket sets c's result from the fast path's reply cmd, and hands c
-// on to decide.lua when the fast path did not decide it.
-func (s *Store) readBucket(ctx context.Context, c *call, cmd *redis.Cmd) {
+func (bucketEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
+	c := f.calls[0]
 	c.out, c.err = s.bucketResult(c, cmd)
-	if c.err == errNotFast {
-		s.handOn(ctx, []*call{c})
-	}
+}
+
+func (bucketEngine) settle(ctx context.Context, s *Store, f frame) {
+	s.handOn(ctx, f.calls)
 }
 
 // handOn sends to decide.lua, in one call, those of calls that the fast

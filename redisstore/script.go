@@ -170,18 +170,7 @@ func refusedKey(err error) bool {
 
 // sendCall is sendGroup's one script call (or the fast path's).
 func (s *Store) sendCall(ctx context.Context, calls []*call) {
-	if fast, groups := s.allFast(calls); fast && !s.noFastPath {
-		// A batch of two or more goes out as one call of bucketBatch
-		// rather than as a pipeline of one call each: one call costs
-		// both sides less per decision (bench's redisbench, 8 goroutines).
-		if len(calls) == 1 && !groups {
-			s.sendBucket(ctx, calls[0])
-		} else {
-			s.exec(ctx, bucketsEngine{}, calls)
-		}
-		return
-	}
-	s.exec(ctx, decideEngine{}, calls)
+	s.exec(ctx, s.engineFor(calls), calls)
 }
 
 // decideEngine is decide.lua's batch (decideBatch): any requests on any

@@ -91,33 +91,24 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		return
 	}
 	type piped struct {
-		calls []*call // in the order the script reads them
+		e     engine
+		f     frame   // its calls in the order the script reads them
 		group []*call // as grouped, to send alone if the function is missing
-		n     int     // requests
-		one   bool    // a lone request: the bucket function's reply
 		cmd   *redis.Cmd
 	}
 	var ps []piped
 	var alone [][]*call
 	pipe := s.client.Pipeline()
 	for _, g := range groups {
-		fast, inGroups := s.allFast(g)
-		if !fast || s.noFastPath || s.noFunctions.Load() {
+		e := s.engineFor(g)
+		if _, slow := e.(decideEngine); slow || s.noFunctions.Load() {
 			alone = append(alone, g)
 			continue
 		}
-		if len(g) == 1 && !inGroups {
-			c := g[0]
-			c.abuf[0] = c.p.fast.boxed(c.now, c.n, c.op, false)
-			cmd := fcallCmd(ctx, s.scripts.fns[entryBucket], c.declared, c.abuf[:])
-			_ = pipe.Process(ctx, cmd)
-			ps = append(ps, piped{calls: g, group: g, n: 1, one: true, cmd: cmd})
-			continue
-		}
-		f := bucketsEngine{}.encode(s, g)
-		cmd := fcallCmd(ctx, s.scripts.fns[entryBuckets], f.keys, f.args)
+		f := e.encode(s, g)
+		cmd := fcallCmd(ctx, s.scripts.fns[e.entry()], f.keys, f.args)
 		_ = pipe.Process(ctx, cmd)
-		ps = append(ps, piped{calls: f.calls, group: g, n: f.n, cmd: cmd})
+		ps = append(ps, piped{e: e, f: f, group: g, cmd: cmd})
 	}
 	var wg sync.WaitGroup
 	if len(alone) > 0 {
@@ -150,15 +141,10 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 				again = append(again, p.group)
 				continue
 			}
-			scripts, decisions = scripts+1, decisions+p.n
-			s.traceSent(p.calls, p.n)
-			if p.one {
-				s.readBucket(ctx, p.calls[0], p.cmd)
-			} else {
-				f := frame{calls: p.calls, n: p.n}
-				bucketsEngine{}.decode(s, f, p.cmd)
-				bucketsEngine{}.settle(ctx, s, f)
-			}
+			scripts, decisions = scripts+1, decisions+p.f.n
+			s.traceSent(p.f.calls, p.f.n)
+			p.e.decode(s, p.f, p.cmd)
+			p.e.settle(ctx, s, p.f)
 			release(p.group)
 		}
 		if scripts > 0 {
