@@ -9,19 +9,21 @@ import (
 // This file is the pipeline that every decision sent to Redis goes
 // through:
 //
-//	denial cache → lease → batch → encode → run → decode → settle
+//	lease → denial cache → batch → encode → run → decode → settle
 //
-// policy.take asks the denial cache (denials.go) and the leases
-// (lease.go), and the batcher (batch.go) gathers the calls that go
-// together; the rest is exec's, over an engine: one of the scripts'
+// policy.take asks the key's lease (lease.go), then takeRedis the denial
+// cache (denials.go), and the batcher (batch.go) gathers the calls that
+// go together; the rest is exec's, over an engine: one of the scripts'
 // entry points that decide calls (bucketOne, bucketBatch, decideBatch),
 // with its codec. encode makes the batch one script call's keys and
 // arguments, run sends it (FCALL or EVALSHA, see fastpath.go), decode
 // reads the reply into the calls, and settle sends on what the reply
 // sends elsewhere or again, and records what it taught. A Cluster's
 // pipeline of a script call per slot (slots.go) and its call across
-// slots (cross.go) carry the same encoded frames and decode them the
-// same way; they differ only in how the frames travel.
+// slots (cross.go) carry the same frames and decode and settle them
+// with the same engines; they differ only in how the frames travel.
+// (The concurrency limits' slots.lua, concurrency.go, is apart: it
+// decides no call.)
 
 // engine is one of the scripts' entry points and its codec (protocol.go
 // describes the bytes). An interface of stateless types rather than a

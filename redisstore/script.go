@@ -136,13 +136,13 @@ func (sp *scriptSpec) appendArgs(args []any) []any {
 	return append(args, string(b[:]))
 }
 
-// sendGroup runs calls whose keys share a slot in one script call, or,
-// when they are all lone bucket decisions, through the fast path. When
-// an ACL refuses one of the call's keys, Redis refuses the whole call:
-// then each call goes again alone, so that only the callers of the
-// refused keys hear of it (a batch's worth of calls more, at most).
+// sendGroup runs calls whose keys share a slot in one script call of the
+// engine that decides them (engineFor), and what that sends on. When an
+// ACL refuses one of the call's keys, Redis refuses the whole call: then
+// each call goes again alone, so that only the callers of the refused
+// keys hear of it (a batch's worth of calls more, at most).
 func (s *Store) sendGroup(ctx context.Context, calls []*call) {
-	s.sendCall(ctx, calls)
+	s.exec(ctx, s.engineFor(calls), calls)
 	if len(calls) < 2 || !refusedKey(calls[0].err) {
 		return
 	}
@@ -151,7 +151,8 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 		for _, m := range c.group {
 			m.out, m.err = nil, nil
 		}
-		s.sendCall(ctx, []*call{c})
+		one := c.alone()
+		s.exec(ctx, s.engineFor(one), one)
 	}
 }
 
@@ -166,11 +167,6 @@ func refusedKey(err error) bool {
 	msg := err.Error()
 	i := strings.Index(msg, "NOPERM ")
 	return i >= 0 && strings.Contains(strings.ToLower(msg[i:]), "no permissions to access")
-}
-
-// sendCall is sendGroup's one script call (or the fast path's).
-func (s *Store) sendCall(ctx context.Context, calls []*call) {
-	s.exec(ctx, s.engineFor(calls), calls)
 }
 
 // decideEngine is decide.lua's batch (decideBatch): any requests on any
