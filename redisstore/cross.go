@@ -130,7 +130,10 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 	if err != nil {
 		return groups // no view of the Cluster yet: the per-slot path loads it
 	}
-	argv := make([]any, 0, nargs)
+	// FCALL's own arguments first (no keys declared: see argKeysArgs),
+	// so that the command is argv itself, not a copy.
+	argv := make([]any, 3, 3+nargs)
+	argv[0], argv[1], argv[2] = "fcall", s.scripts.crossFn, 0
 	for _, p := range parts {
 		var head [8]byte
 		binary.BigEndian.PutUint32(head[:], uint32(len(p.keys)))
@@ -208,11 +211,13 @@ func (s *Store) crossDecoded(ctx context.Context, p crossPart, res string, err e
 	release(p.group)
 }
 
-// runCross calls crossBatch on node with argv, loading the library there
-// first when it is missing (a new master, or one that was flushed), and
-// returns its reply.
+// runCross sends the command argv, a call of crossBatch, to node,
+// loading the library there first when it is missing (a new master, or
+// one that was flushed), and returns its reply.
 func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (string, error) {
-	res, err := node.FCall(ctx, s.scripts.crossFn, nil, argv...).Text()
+	cmd := redis.NewCmd(ctx, argv...)
+	_ = node.Process(ctx, cmd) // the error is cmd's
+	res, err := cmd.Text()
 	if !functionMissing(err) {
 		return res, err
 	}
@@ -222,7 +227,9 @@ func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (s
 		}
 		return "", err
 	}
-	return node.FCall(ctx, s.scripts.crossFn, nil, argv...).Text()
+	cmd = redis.NewCmd(ctx, argv...)
+	_ = node.Process(ctx, cmd)
+	return cmd.Text()
 }
 
 // errCrossUnsupported marks a Cluster master that refused the function

@@ -178,9 +178,18 @@ func (bucketEngine) encode(_ *Store, calls []*call) frame {
 	return frame{calls: calls, keys: c.declared, args: c.abuf[:], n: 1}
 }
 
+// decode reads bucketOne's reply, one record (see bucketRecord), or its
+// error.
 func (bucketEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
 	c := f.calls[0]
-	c.out, c.err = s.bucketResult(c, cmd)
+	res, err := cmd.Text()
+	if err != nil {
+		c.out, c.err = nil, s.wrap(c.ctx, err)
+		return
+	}
+	if c.out, res, c.err = s.bucketRecord(c, res); c.err == nil && res != "" {
+		c.out, c.err = nil, fmt.Errorf("%w: script returned %d bytes after its reply", floodgate.ErrStore, len(res))
+	}
 }
 
 func (bucketEngine) settle(ctx context.Context, s *Store, f frame) {
@@ -318,11 +327,6 @@ type bucketsEngine struct{}
 
 func (bucketsEngine) entry() entry { return entryBuckets }
 
-func (bucketsEngine) encode(_ *Store, calls []*call) frame {
-	calls, keys, args, n := bucketsArgs(calls)
-	return frame{calls: calls, keys: keys, args: args, n: n}
-}
-
 func (e bucketsEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
 	res, err := cmd.Text()
 	e.read(s, f, res, err)
@@ -332,10 +336,10 @@ func (bucketsEngine) settle(ctx context.Context, s *Store, f frame) {
 	s.handOn(ctx, f.calls)
 }
 
-// bucketsArgs returns calls in the order bucketBatch reads them, its keys
+// encode returns calls in the order bucketBatch reads them, its keys
 // (each request's key, then each one's override key) and arguments for
 // them, and how many requests they hold (a group's members each).
-func bucketsArgs(calls []*call) ([]*call, []string, []any, int) {
+func (bucketsEngine) encode(_ *Store, calls []*call) frame {
 	n := 0
 	for _, c := range calls {
 		n += max(len(c.group), 1)
@@ -361,7 +365,7 @@ func bucketsArgs(calls []*call) ([]*call, []string, []any, int) {
 			i++
 		}
 	}
-	return calls, keys, args, n
+	return frame{calls: calls, keys: keys, args: args, n: n}
 }
 
 // groupArgs appends the mark of the group c to bucketBatch's arguments:
@@ -520,21 +524,6 @@ func lonesFirst(calls []*call, dup []bool, n int) (ordered []*call, shared []boo
 	return ordered, shared
 }
 
-// bucketResult reads the fast path's reply to c, one record (see
-// bucketRecord). It returns errNotFast when the key's override is not a
-// lone bucket, which decide.lua must decide.
-func (s *Store) bucketResult(c *call, cmd *redis.Cmd) ([]int64, error) {
-	res, err := cmd.Text()
-	if err != nil {
-		return nil, s.wrap(c.ctx, err)
-	}
-	out, rest, err := s.bucketRecord(c, res)
-	if err == nil && rest != "" {
-		return nil, fmt.Errorf("%w: script returned %d bytes after its reply", floodgate.ErrStore, len(rest))
-	}
-	return out, err
-}
-
 // bucketRecord reads the first record of the fast path's reply b (see
 // bucket.lua): c's 4 values allowed, remaining, retry and reset, and the
 // key's override after them if it has one (set in c.limits). It returns
@@ -603,7 +592,7 @@ func bigEndian64(b string) uint64 {
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
-// errNotFast is bucketResult's answer for a key whose override the fast
+// errNotFast is bucketRecord's answer for a key whose override the fast
 // path does not decide.
 var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 

@@ -144,7 +144,7 @@ import (
 //
 // One byte more (81, 41; a zero, unread) says another request of the
 // call names the same key, whose state the call then keeps in a table
-// (bucketsArgs puts such requests after the others). In bucketBatch, "g<count>" (shorter than
+// (bucketsEngine.encode puts such requests after the others). In bucketBatch, "g<count>" (shorter than
 // windowArgLen) precedes the count requests of a group that is not all or
 // nothing, decided whole by the fast path or not at all. "G<count>" does
 // the same for a group that is all or nothing (decideAll: a denial gives

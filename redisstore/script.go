@@ -41,9 +41,9 @@ type scriptSet struct {
 	// same with its keys as arguments (argKeysArgs), nil for none.
 	fns, argKeysFns [entries]any
 	// The function library, its name, and its function that takes a
-	// Cluster master's parts (see cross.go).
+	// Cluster master's parts (see cross.go), boxed as fns.
 	libraryCode, libraryName string
-	crossFn                  string
+	crossFn                  any
 }
 
 // entry names one of the scripts' entry points, each a script and a
