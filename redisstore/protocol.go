@@ -116,7 +116,7 @@ import (
 // (µs). A group answers its members' in order. A request, group or
 // override item that fails answers one string instead, its error message
 // (see Errors); the other items are unaffected. An override item answers
-// nothing when it succeeds. decideResult and readOut read it.
+// nothing when it succeeds. decideEngine.decode and readOut read it.
 //
 // An item on a key whose override has limits whose keys the call did not
 // declare answers, undecided and changing nothing, "?", the override key,

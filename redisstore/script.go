@@ -178,16 +178,6 @@ type decideEngine struct{}
 
 func (decideEngine) entry() entry { return entryDecide }
 
-func (decideEngine) encode(s *Store, calls []*call) frame {
-	keys, args := s.decideArgs(calls)
-	return frame{calls: calls, keys: keys, args: args, n: len(calls)}
-}
-
-func (decideEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
-	res, err := cmd.Slice()
-	s.decideResult(f.calls, res, err)
-}
-
 func (e decideEngine) settle(ctx context.Context, s *Store, f frame) {
 	send := f.calls
 	for try := 1; ; try++ {
@@ -225,14 +215,15 @@ func (e decideEngine) settle(ctx context.Context, s *Store, f frame) {
 // call.
 const maxDeclare = 3
 
-// errUndeclared is decideResult's answer for a call that decide.lua sent
-// back undecided, for the keys of an override that it did not declare
-// (see undeclaredReply in decide.lua); overrideKeys now holds them.
+// errUndeclared is decideEngine.decode's answer for a call that
+// decide.lua sent back undecided, for the keys of an override that it
+// did not declare (see undeclaredReply in decide.lua); overrideKeys now
+// holds them.
 var errUndeclared = errors.New("redisstore: the request's override has keys it did not declare")
 
-// decideArgs builds decide.lua's keys and arguments for calls whose keys
+// encode builds decide.lua's keys and arguments for calls whose keys
 // share a slot.
-func (s *Store) decideArgs(calls []*call) ([]string, []any) {
+func (decideEngine) encode(s *Store, calls []*call) frame {
 	// Each request declares its limits' keys and its override key, and
 	// after every request's, the keys of overrides' limits that requests
 	// know they need (overrideKeys).
@@ -308,7 +299,7 @@ func (s *Store) decideArgs(calls []*call) ([]string, []any) {
 			args = appendRequest(args, m, index)
 		}
 	}
-	return keys, args
+	return frame{calls: calls, keys: keys, args: args, n: len(calls)}
 }
 
 // serverTime is now = -1, the server's TIME, boxed once.
@@ -339,8 +330,10 @@ func appendRequest(args []any, c *call, index map[scriptSpec]int) []any {
 	return args
 }
 
-// decideResult sets each call's result from decide.lua's reply.
-func (s *Store) decideResult(calls []*call, res []any, err error) {
+// decode sets each call's result from decide.lua's reply.
+func (decideEngine) decode(s *Store, f frame, cmd *redis.Cmd) {
+	calls := f.calls
+	res, err := cmd.Slice()
 	if err != nil {
 		for _, c := range calls {
 			c.err = s.wrap(c.ctx, err)
