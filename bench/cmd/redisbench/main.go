@@ -124,6 +124,10 @@ func main() {
 		clusterScaling(*duration, *runs)
 		return
 	}
+	if *slotsFlag && *slotsCallgrind > 0 { // instructions per pair (slotsir.go)
+		slotsIrBench(levels, *slotsCallgrind)
+		return
+	}
 	addr := procs.StartRedis(&stops, *port)
 	if *slotsFlag { // concurrency limits (slots.go)
 		slotsBench(addr, *duration, *runs, levels)

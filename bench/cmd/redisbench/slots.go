@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,22 +48,29 @@ var zsetRelease = redis.NewScript(`return redis.call('ZREM', KEYS[1], ARGV[1])`)
 // acquire was granted.
 type pairer func(ctx context.Context, key string) (bool, error)
 
-func slotsBench(addr string, dur time.Duration, runs int, levels []int) {
-	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
-	defer client.Close()
-	const n, lease = 100, 30 * time.Second
+// The limit both peers apply, and the name of floodgate's peer.
+const (
+	slotN     = 100
+	slotLease = 30 * time.Second
+	fgPeer    = "floodgate Concurrency"
+)
+
+type slotPeer struct {
+	name string
+	pair pairer
+}
+
+// slotPeers returns floodgate's peer and the ZSET semaphore on client,
+// floodgate's store, and what closes it.
+func slotPeers(client *redis.Client) ([]slotPeer, *redisstore.Store, func()) {
+	const n, lease = slotN, slotLease
 	fg := redisstore.New(client, &redisstore.Options{Prefix: "fg:"})
-	defer fg.Close()
 	c, err := floodgate.NewConcurrency(fg, n, lease, nil)
 	if err != nil {
 		stops.Fatal(err)
 	}
-	peers := []struct {
-		name string
-		pair pairer
-	}{
-		{"floodgate Concurrency", func(ctx context.Context, key string) (bool, error) {
+	return []slotPeer{
+		{fgPeer, func(ctx context.Context, key string) (bool, error) {
 			r, err := c.Acquire(ctx, key)
 			if err != nil || !r.Allowed {
 				return false, err
@@ -81,28 +89,39 @@ func slotsBench(addr string, dur time.Duration, runs int, levels []int) {
 			}
 			return true, zsetRelease.Run(ctx, client, []string{k}, id).Err()
 		}},
-	}
+	}, fg, func() { fg.Close() }
+}
+
+func slotsBench(addr string, dur time.Duration, runs int, levels []int) {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 128})
+	defer client.Close()
+	const n, lease = slotN, slotLease
+	peers, fg, cleanup := slotPeers(client)
+	defer cleanup()
 	fmt.Printf("Concurrency limits on one redis-server %s on loopback, %d CPUs; %d runs of %s per cell, medians; N=%d, lease %s\n\n",
 		redisVersion(client), runtime.NumCPU(), runs, dur, n, lease)
-	fmt.Println("| load | limiter | pairs/s | Redis CPU per pair | script calls per pair | denied |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| load | limiter | pairs/s | Redis CPU per pair | scripts' µs per pair | script calls per pair | denied |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, keys := range []int{1, 10000} {
 		for _, g := range levels {
 			type cell struct {
-				perSec, cpu []float64
-				calls       float64
-				denied      int64
+				perSec, cpu, usec []float64
+				calls             float64
+				denied            int64
 			}
 			cells := make([]cell, len(peers))
 			for r := range runs {
 				for j := range peers {
 					i := (r + j) % len(peers)
 					s0 := fg.SlotStats()
+					client.ConfigResetStat(ctx)
 					cpu0 := redisCPU(ctx, client)
 					pairs, denied, elapsed := runPairs(peers[i].pair, g, keys, dur)
 					cpu := redisCPU(ctx, client) - cpu0
 					s1 := fg.SlotStats()
 					cl := &cells[i]
+					cl.usec = append(cl.usec, scriptUsec(ctx, client)/float64(max(pairs, 1)))
 					cl.perSec = append(cl.perSec, float64(pairs)/elapsed.Seconds())
 					cl.cpu = append(cl.cpu, float64(cpu)/float64(max(pairs, 1)))
 					cl.denied += denied
@@ -115,11 +134,33 @@ func slotsBench(addr string, dur time.Duration, runs int, levels []int) {
 			}
 			for i, p := range peers {
 				cl := cells[i]
-				fmt.Printf("| %d goroutines, %d keys | %s | %.0f | %s | %.2f | %d |\n", g, keys, p.name,
-					med(cl.perSec), fmtDur(time.Duration(med(cl.cpu))), cl.calls, cl.denied)
+				fmt.Printf("| %d goroutines, %d keys | %s | %.0f | %s | %.1f | %.2f | %d |\n", g, keys, p.name,
+					med(cl.perSec), fmtDur(time.Duration(med(cl.cpu))), med(cl.usec), cl.calls, cl.denied)
 			}
 		}
 	}
+}
+
+// scriptUsec returns the µs Redis spent in scripts (INFO commandstats'
+// eval and evalsha, which include the commands they call) since its
+// statistics were reset.
+func scriptUsec(ctx context.Context, c *redis.Client) float64 {
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		stops.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, name := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				_, v, _ := strings.Cut(rest, "usec=")
+				v, _, _ = strings.Cut(v, ",")
+				x, _ := strconv.ParseFloat(v, 64)
+				total += x
+			}
+		}
+	}
+	return total
 }
 
 func med(v []float64) float64 {
