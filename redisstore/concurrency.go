@@ -279,7 +279,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	s.slotBatch.scripts.Add(uint64(len(groups)))
 	if len(groups) == 1 {
 		keys, args := s.slotArgs(groups[0])
-		res, err := s.runSlots(ctx, keys, args).Slice()
+		res, err := s.runSlots(ctx, keys, args).Result()
 		s.slotResults(groups[0], res, err)
 		return
 	}
@@ -291,13 +291,13 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
-		res, err := cmds[i].Slice()
+		res, err := cmds[i].Result()
 		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || tryAgain(err)) {
 			// That master lost its scripts (a restart, a failover):
 			// Run loads it again. Or the slot is moving: runSlots
 			// waits for the move to end.
 			keys, args := s.slotArgs(g)
-			res, err = s.runSlots(ctx, keys, args).Slice()
+			res, err = s.runSlots(ctx, keys, args).Result()
 		}
 		s.slotResults(g, res, err)
 	}
@@ -314,22 +314,23 @@ func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.
 
 func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {
 	keys := make([]string, len(calls))
-	args := make([]any, 2, 2+4*len(calls))
+	args := make([]any, 1, 1+5*len(calls))
 	args[0] = int64(-1)
 	if s.clock != nil {
 		args[0] = s.clock.Now().UnixMicro()
 	}
-	args[1] = s.extraTTL + 1
 	for i, c := range calls {
 		keys[i] = c.rkey
-		kind := slotAcquire
+		// The key's TTL in ms for a permit's expiry a lease from now.
+		ttl := (c.spec.Lease+999)/1000 + s.extraTTL + 1
 		switch c.op.Kind {
 		case core.Release:
-			kind = slotRelease
+			args = append(args, slotRelease, c.op.ID)
 		case core.Extend:
-			kind = slotExtend
+			args = append(args, slotExtend, c.spec.Lease, ttl, c.op.ID)
+		default:
+			args = append(args, slotAcquire, c.spec.Slots, c.spec.Lease, ttl, c.op.ID)
 		}
-		args = append(args, kind, c.spec.Slots, c.spec.Lease, c.op.ID)
 	}
 	return keys, args
 }
@@ -337,9 +338,15 @@ func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {
 // errSlotReply is a reply that slots.lua does not give.
 var errSlotReply = errors.New("redisstore: malformed reply of the slots script")
 
-func (s *Store) slotResults(calls []*slotCall, res []any, err error) {
-	if err == nil && len(res) != 3*len(calls) {
-		err = errSlotReply
+// slotResults sets the results of calls from res, slots.lua's reply:
+// the one call's answer, or a list of one answer per call.
+func (s *Store) slotResults(calls []*slotCall, res any, err error) {
+	answers := []any{res}
+	if err == nil && len(calls) > 1 {
+		var ok bool
+		if answers, ok = res.([]any); !ok || len(answers) != len(calls) {
+			err = errSlotReply
+		}
 	}
 	if err != nil {
 		for _, c := range calls {
@@ -348,31 +355,39 @@ func (s *Store) slotResults(calls []*slotCall, res []any, err error) {
 		return
 	}
 	for i, c := range calls {
-		r := res[3*i : 3*i+3]
-		held, ok1 := r[1].(int64)
-		t, ok2 := r[2].(int64)
-		switch st := r[0].(type) {
-		case int64:
-			if !ok1 || !ok2 {
-				c.err = errSlotReply
-				continue
-			}
-			c.v = core.SlotVerdict{OK: st == 1, Held: held}
-			if st == 1 {
-				c.v.Expiry = t
-			} else if c.op.Kind == core.Acquire {
-				c.v.Retry = t
-			}
-		case string:
-			if msg, ok := strings.CutPrefix(st, "FLOODGATE permit held already"); ok {
-				c.err = fmt.Errorf("%w: permit %q is held already%s", core.ErrInvalidPermit, c.op.ID, msg)
-			} else {
-				c.err = errors.New(st)
-			}
-		default:
-			c.err = errSlotReply
-		}
+		c.v, c.err = slotAnswer(c.op, answers[i])
 	}
+}
+
+// slotAnswer returns the verdict of op from r, its answer in slots.lua's
+// reply.
+func slotAnswer(op core.SlotOp, r any) (core.SlotVerdict, error) {
+	switch r := r.(type) {
+	case int64: // 2*held + done: a release, or an extend not done
+		if r < 0 || op.Kind == core.Acquire || op.Kind == core.Extend && r&1 == 1 {
+			return core.SlotVerdict{}, errSlotReply
+		}
+		return core.SlotVerdict{OK: r&1 == 1, Held: r >> 1}, nil
+	case string:
+		if strings.HasPrefix(r, "FLOODGATE ") {
+			if msg, ok := strings.CutPrefix(r, "FLOODGATE permit held already"); ok {
+				return core.SlotVerdict{}, fmt.Errorf("%w: permit %q is held already%s", core.ErrInvalidPermit, op.ID, msg)
+			}
+			return core.SlotVerdict{}, errors.New(r)
+		}
+		// "E H", a done acquire or extend, or "-R H", a denied acquire.
+		a, b, ok := strings.Cut(r, " ")
+		t, err1 := strconv.ParseInt(a, 10, 64)
+		held, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil || held < 0 || t == 0 || op.Kind == core.Release || t < 0 && op.Kind != core.Acquire {
+			return core.SlotVerdict{}, errSlotReply
+		}
+		if t < 0 {
+			return core.SlotVerdict{Held: held, Retry: -t}, nil
+		}
+		return core.SlotVerdict{OK: true, Held: held, Expiry: t}, nil
+	}
+	return core.SlotVerdict{}, errSlotReply
 }
 
 //go:embed slotspeek.lua
