@@ -314,10 +314,9 @@ func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.
 
 func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {
 	keys := make([]string, len(calls))
-	args := make([]any, 1, 1+5*len(calls))
-	args[0] = int64(-1)
+	args := make([]any, 0, 1+5*len(calls))
 	if s.clock != nil {
-		args[0] = s.clock.Now().UnixMicro()
+		args = append(args, s.clock.Now().UnixMicro())
 	}
 	for i, c := range calls {
 		keys[i] = c.rkey
