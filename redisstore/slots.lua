@@ -6,8 +6,8 @@
 -- (slotLuaConstants in concurrency.go).
 --
 -- KEYS[i] is op i's key. ARGV[1] is now in µs when the Store has a Clock;
--- without it, the first op's kind, and now is Redis's TIME, read once,
--- when an op first needs it. Then each op: its kind and its arguments,
+-- without it, the first op's kind, and now is Redis's TIME. Then each op:
+-- its kind and its arguments,
 --   acquire: N, the lease in µs, the key's TTL in ms for an expiry a lease
 --            from now, the permit id;
 --   release: the permit id;
@@ -22,7 +22,8 @@
 -- The answers are scalars, and now stays a string unless an op adds to
 -- it, since a reply table and a number's conversion to a command's
 -- argument are what a call costs Redis most, after the commands. An op
--- on an empty key sweeps nothing and reads no time it does not need.
+-- on an empty key sweeps nothing; the ops of a call on one key read its
+-- size and sweep it once.
 --
 -- Each op does O(log N) work plus the permits that expired, each of which
 -- was added once: at most N live members per key bound every call.
@@ -31,48 +32,55 @@ local call, tonumber, format = redis.call, tonumber, string.format
 
 local now, nown, a = ARGV[1], nil, 2
 if now == ACQUIRE or now == RELEASE or now == EXTEND then
-  now, a = nil, 1
+  local t = call('TIME')
+  local us = t[2]
+  if #us < 6 then
+    us = string.rep('0', 6 - #us) .. us
+  end
+  now, a = t[1] .. us, 1
 end
 -- The ops' answers: in out when there are several, else in ans alone.
 -- (No local functions: a closure and its upvalues cost a call more than
--- a command does.)
-local out, ans = #KEYS > 1 and {} or nil, nil
+-- a command does.) With several, live keeps each key's live permits
+-- after its first op, false for a key of the wrong type: the ops of a
+-- call share now, so a key swept once stays swept.
+local out, live, ans = nil, nil, nil
+if #KEYS > 1 then
+  out, live = {}, {}
+end
 for i = 1, #KEYS do
   local k, kind = KEYS[i], ARGV[a]
-  local held = redis.pcall('ZCARD', k)
-  if type(held) == 'table' then
-    ans = 'FLOODGATE wrong type: ' .. k .. ' is not a set of permits'
-  elseif held == 0 and kind == RELEASE then
-    ans = 0
-  else
-    if not now then
-      local t = call('TIME')
-      local us = t[2]
-      if #us < 6 then
-        us = string.rep('0', 6 - #us) .. us
-      end
-      now = t[1] .. us
-    end
-    -- Permits live for [acquired, expiry): drop those at or before now.
-    if held > 0 then
+  local held = live and live[k]
+  if held == nil then
+    held = redis.pcall('ZCARD', k)
+    if type(held) == 'table' then
+      held = false
+    elseif held > 0 then
+      -- Permits live for [acquired, expiry): drop those at or before now.
       held = held - call('ZREMRANGEBYSCORE', k, '-inf', now)
     end
+  end
+  if not held then
+    ans = 'FLOODGATE wrong type: ' .. k .. ' is not a set of permits'
+  elseif kind == RELEASE then
+    local done = held > 0 and call('ZREM', k, ARGV[a + 1]) or 0
+    held = held - done
+    ans = held * 2 + done
+  else
+    nown = nown or tonumber(now)
     -- expiry and ttl: the TTL in ms k needs for a permit that expires
-    -- then, when the op set one.
-    local expiry, ttl
-    if kind == RELEASE then
-      local done = held > 0 and call('ZREM', k, ARGV[a + 1]) or 0
-      ans = (held - done) * 2 + done
-    elseif kind == ACQUIRE then
+    -- then, when the op set one; fresh: k was empty.
+    local expiry, ttl, fresh
+    if kind == ACQUIRE then
       local n, id = tonumber(ARGV[a + 1]), ARGV[a + 4]
-      nown = nown or tonumber(now)
       if held < n then
         expiry = nown + tonumber(ARGV[a + 2])
         local e = format('%d', expiry)
         if call('ZADD', k, 'NX', e, id) == 0 then
-          ans, expiry = 'FLOODGATE permit held already', nil
+          ans = 'FLOODGATE permit held already'
         else
-          ttl, ans = ARGV[a + 3], format('%s %d', e, held + 1)
+          ttl, fresh, held = ARGV[a + 3], held == 0, held + 1
+          ans = format('%s %d', e, held)
         end
       elseif call('ZADD', k, 'XX', 'INCR', 0, id) then
         -- A full key that holds the id already: an error, as Step's
@@ -89,13 +97,12 @@ for i = 1, #KEYS do
       local lease, id = tonumber(ARGV[a + 1]), ARGV[a + 3]
       local score = held > 0 and call('ZADD', k, 'XX', 'INCR', 0, id)
       if score then
-        nown = nown or tonumber(now)
         expiry = math.max(tonumber(score), nown + lease)
         local e = format('%d', expiry)
         call('ZADD', k, 'XX', e, id)
         -- ARGV's TTL is for an expiry a lease from now; a later one
         -- keeps k longer.
-        ttl = format('%d', ARGV[a + 2] + math.ceil((expiry - nown) / 1000) - math.ceil(lease / 1000))
+        ttl = format('%d', tonumber(ARGV[a + 2]) + math.ceil((expiry - nown) / 1000) - math.ceil(lease / 1000))
         ans = format('%s %d', e, held)
       else
         ans = held * 2
@@ -107,7 +114,7 @@ for i = 1, #KEYS do
     -- which has no PEXPIRE GT, the TTL is set when expiry is the key's
     -- latest (floodgate's ACL has no PTTL).
     if not ttl then -- nothing to keep
-    elseif held == 0 and kind == ACQUIRE then
+    elseif fresh then
       call('PEXPIRE', k, ttl)
     elseif (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
       call('PEXPIRE', k, ttl, 'GT')
@@ -116,7 +123,7 @@ for i = 1, #KEYS do
     end
   end
   if out then
-    out[i] = ans
+    out[i], live[k] = ans, held
   end
   a = a + (kind == RELEASE and 2 or kind == EXTEND and 4 or 5)
 end
