@@ -43,10 +43,11 @@ end
 -- (No local functions: a closure and its upvalues cost a call more than
 -- a command does.) With several, live keeps each key's live permits
 -- after its first op, false for a key of the wrong type: the ops of a
--- call share now, so a key swept once stays swept.
-local out, live, ans = nil, nil, nil
+-- call share now, so a key swept once stays swept; and kept the latest
+-- expiry a key's TTL was set for in the call.
+local out, live, kept, ans = nil, nil, nil, nil
 if #KEYS > 1 then
-  out, live = {}, {}
+  out, live, kept = {}, {}, {}
 end
 for i = 1, #KEYS do
   local k, kind = KEYS[i], ARGV[a]
@@ -113,13 +114,17 @@ for i = 1, #KEYS do
     -- no TTL yet, which GT takes for an infinite one. Before Redis 7,
     -- which has no PEXPIRE GT, the TTL is set when expiry is the key's
     -- latest (floodgate's ACL has no PTTL).
-    if not ttl then -- nothing to keep
+    if not ttl or not fresh and kept and kept[k] and expiry <= kept[k] then
+      -- Nothing to keep, or kept as long already.
     elseif fresh then
       call('PEXPIRE', k, ttl)
     elseif (redis.REDIS_VERSION_NUM or 0) >= 0x070000 then
       call('PEXPIRE', k, ttl, 'GT')
     elseif tonumber(call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) <= expiry then
       call('PEXPIRE', k, ttl)
+    end
+    if ttl and kept and (fresh or expiry > (kept[k] or 0)) then
+      kept[k] = expiry
     end
   end
   if out then
