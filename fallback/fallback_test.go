@@ -27,6 +27,7 @@ const (
 	healthy mode = iota
 	failing      // returns an error wrapping ErrStore at once
 	hanging      // blocks until the context ends
+	landing      // a slot acquire is applied, then fails, as on a server that ran it after the caller gave up; other slot ops fail
 )
 
 // flaky is a floodgate.Store over the memory store whose failures the test
@@ -41,6 +42,10 @@ type flaky struct {
 	// poisoned, when set, is a key whose calls fail with ErrKey while
 	// the store is healthy, as a key holding foreign data in Redis does.
 	poisoned atomic.Pointer[string]
+	// slotGate, when set, runs before each slot op while the store is
+	// healthy, and fails the op when it returns an error. Set it only
+	// while no op is in flight.
+	slotGate func(ctx context.Context, op core.SlotOp) error
 }
 
 // keyFailure returns the error of a call on key: ErrKey when key is the

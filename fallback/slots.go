@@ -34,8 +34,12 @@ import (
 // An acquire that fails on the primary (a timeout on a hung server) may
 // have been granted there all the same, when the server ran it after the
 // caller gave up. Its permit id is kept (up to maxOrphans) and released
-// on the primary by the next calls once it answers again, so that such
-// slots do not stay taken for a lease.
+// on the primary once it answers again, so that such slots do not stay
+// taken for a lease: each call to the primary first releases up to
+// orphansPerCall of them, all at once, each within the budget, so that
+// its caller waits for them one budget at most (and the Redis store sends
+// operations made together in one script call). An orphan whose release
+// fails is kept for a later call.
 
 type slotPolicy struct {
 	s       *Store
@@ -48,18 +52,24 @@ type slotPolicy struct {
 	// released on the primary once it answers again, so that they do not
 	// hold slots for a lease.
 	orphanMu sync.Mutex
-	orphans  []orphan
+	orphans  []permitRef
 }
 
-type orphan struct{ key, id string }
+// permitRef names a permit: its key and its id.
+type permitRef struct{ key, id string }
 
 // maxOrphans bounds the permits kept for release after an outage; beyond
 // it the oldest are forgotten, and free themselves at their lease's end.
 const maxOrphans = 10000
 
 // orphansPerCall is how many orphans one call releases, on its way, once
-// the primary answers again.
-const orphansPerCall = 16
+// the primary answers again; orphanScan is how many of the newest it
+// looks at for them, passing over those whose own partition's breaker is
+// open (a Redis Cluster master that is down), which wait for it.
+const (
+	orphansPerCall = 16
+	orphanScan     = 4 * orphansPerCall
+)
 
 // PrepareSlots implements core.SlotStore: the primary's slots, and the
 // local store's share of them in Local mode. Its errors wrap
@@ -120,7 +130,6 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 	}
 	b := s.breaker(key)
 	if !b.degraded.Load() {
-		p.releaseOrphans(ctx, b)
 		v, err := p.call(ctx, b, key, op)
 		if err != nil && op.Kind == core.Acquire && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 			p.orphan(key, op.ID)
@@ -165,33 +174,66 @@ func (p *slotPolicy) orphan(key, id string) {
 	if len(p.orphans) >= maxOrphans {
 		p.orphans = append(p.orphans[:0], p.orphans[1:]...)
 	}
-	p.orphans = append(p.orphans, orphan{key, id})
+	p.orphans = append(p.orphans, permitRef{key, id})
 	p.orphanMu.Unlock()
 }
 
-// releaseOrphans releases up to orphansPerCall orphans on the primary,
-// within the budget each; those that fail wait for a later call.
-func (p *slotPolicy) releaseOrphans(ctx context.Context, b *breaker) {
+// takeOrphans takes up to orphansPerCall orphans to release, among the
+// orphanScan newest, whose partitions' breakers are closed.
+func (p *slotPolicy) takeOrphans() []permitRef {
 	p.orphanMu.Lock()
-	n := min(len(p.orphans), orphansPerCall)
-	batch := append([]orphan(nil), p.orphans[:n]...)
-	p.orphans = append(p.orphans[:0], p.orphans[n:]...)
-	p.orphanMu.Unlock()
-	for i, o := range batch {
-		// The caller's own context may end; the orphan's slot must come back.
-		_, err := p.call(context.WithoutCancel(ctx), b, o.key, core.SlotOp{Kind: core.Release, ID: o.id})
-		if err != nil && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
-			p.orphanMu.Lock()
-			p.orphans = append(p.orphans, batch[i:]...)
-			p.orphanMu.Unlock()
-			return
+	defer p.orphanMu.Unlock()
+	n := len(p.orphans)
+	if n == 0 {
+		return nil
+	}
+	var batch []permitRef
+	kept := max(0, n-orphanScan)
+	for _, o := range p.orphans[kept:] {
+		if len(batch) < orphansPerCall && !p.s.breaker(o.key).degraded.Load() {
+			batch = append(batch, o)
+			continue
 		}
+		p.orphans[kept] = o
+		kept++
+	}
+	clear(p.orphans[kept:])
+	p.orphans = p.orphans[:kept]
+	return batch
+}
+
+// releaseOrphan releases o on the primary, within the budget; it is kept
+// for a later call when that fails.
+func (p *slotPolicy) releaseOrphan(ctx context.Context, o permitRef) {
+	_, err := p.callOne(ctx, p.s.breaker(o.key), o.key, core.SlotOp{Kind: core.Release, ID: o.id})
+	if err != nil && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+		p.orphan(o.key, o.id)
 	}
 }
 
-// call is breaker.call for a slot operation: within the budget, counting
-// a success.
+// call applies op on the primary (callOne), after releasing orphans
+// there, each in a goroutine of its own that call waits for: a caller
+// waits for them a budget at most, however many there are, and its own
+// op sees the slots they free.
 func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op core.SlotOp) (core.SlotVerdict, error) {
+	if batch := p.takeOrphans(); len(batch) > 0 {
+		var wg sync.WaitGroup
+		for _, o := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// The caller's own context may end; the orphan's slot must come back.
+				p.releaseOrphan(context.WithoutCancel(ctx), o)
+			}()
+		}
+		wg.Wait()
+	}
+	return p.callOne(ctx, b, key, op)
+}
+
+// callOne is breaker.call for a slot operation: within the budget,
+// counting a success.
+func (p *slotPolicy) callOne(ctx context.Context, b *breaker, key string, op core.SlotOp) (core.SlotVerdict, error) {
 	cctx, cancel := ctx, context.CancelFunc(nil)
 	if b.s.budget > 0 {
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > b.s.budget {

@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,6 +31,17 @@ type flakySlots struct {
 func (p *flakySlots) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
 	if err := (&flakyPolicy{f: p.f}).fail(ctx); err != nil {
 		return core.SlotVerdict{}, 0, err
+	}
+	if mode(p.f.mode.Load()) == landing {
+		if op.Kind == core.Acquire {
+			p.SlotPolicy.Slot(ctx, key, op)
+		}
+		return core.SlotVerdict{}, 0, fmt.Errorf("%w: i/o timeout", floodgate.ErrStore)
+	}
+	if g := p.f.slotGate; g != nil {
+		if err := g(ctx, op); err != nil {
+			return core.SlotVerdict{}, 0, err
+		}
 	}
 	return p.SlotPolicy.Slot(ctx, key, op)
 }
