@@ -16,8 +16,8 @@ import (
 // breaker is open, or a call fails within the budget), an acquire is
 // answered by the mode: Local acquires on the local store, with the
 // limit's share of Instances (core.SlotSpec.Share: N/Instances slots, at
-// least 1); FailOpen grants a permit that nothing records; FailClosed
-// denies, with the probe interval as RetryAfter.
+// least 1); FailOpen grants a permit that the primary does not count;
+// FailClosed denies, with the probe interval as RetryAfter.
 //
 // A permit granted locally stays the local store's until it is released
 // or expires: release and extend look for the permit there first (a
@@ -31,6 +31,27 @@ import (
 // 2N; the local ones are gone at most a lease after Redis is back unless
 // their holders extend them.
 //
+// A permit granted by FailOpen is remembered by the process that granted
+// it (its key, id and expiry, up to maxOpenPermits: the oldest beyond are
+// forgotten, and get the primary's answers) until it is released or
+// expires, so that its holder is not told it lost a permit it was given.
+// Its release answers released (the primary holds nothing to give back).
+// Its extend while the primary fails renews it for a lease, as FailOpen
+// grants; once the primary answers, its extend acquires it on the primary
+// under its id, so that the primary counts it from then on and never
+// holds more than N: when the primary has room, the permit is the
+// primary's from then on; when the key is full there, the extend answers
+// held with the permit's expiry unchanged, and tries again at the next
+// extend, until that expiry, from which it answers not held. A stream
+// admitted during the outage is so kept to the end of the lease it had
+// when the primary came back, and no longer unless the primary counts it.
+// The bound once the primary answers: a key has at most N permits that
+// the primary counts, plus the fail-open ones it does not, which are
+// gone at most a lease after the primary last failed a call on the key.
+// Only the process that granted a fail-open permit knows it, as only the
+// one that granted a local permit holds it: a release or extend sent to
+// another process gets the primary's answer.
+//
 // An acquire that fails on the primary (a timeout on a hung server) may
 // have been granted there all the same, when the server ran it after the
 // caller gave up. Its permit id is kept (up to maxOrphans) and released
@@ -39,7 +60,9 @@ import (
 // orphansPerCall of them, all at once, each within the budget, so that
 // its caller waits for them one budget at most (and the Redis store sends
 // operations made together in one script call). An orphan whose release
-// fails is kept for a later call.
+// fails is kept for a later call. In FailOpen, the permit of such an
+// acquire is the holder's: it is remembered as granted, not as an orphan,
+// and its release hands it to the orphans.
 
 type slotPolicy struct {
 	s       *Store
@@ -53,6 +76,8 @@ type slotPolicy struct {
 	// hold slots for a lease.
 	orphanMu sync.Mutex
 	orphans  []permitRef
+	// open are the permits that FailOpen granted; nil in the other modes.
+	open *openPermits
 }
 
 // permitRef names a permit: its key and its id.
@@ -87,6 +112,9 @@ func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
 		return nil, fmt.Errorf("%w: the primary store (%T) keeps no concurrency limits", floodgate.ErrInvalidLimit, s.primary)
 	}
 	p := &slotPolicy{s: s, spec: spec}
+	if s.mode == FailOpen {
+		p.open = newOpenPermits()
+	}
 	var err error
 	if p.primary, err = ps.PrepareSlots(spec); err != nil {
 		return nil, err
@@ -128,10 +156,16 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 			return v, core.SourceLocal, nil
 		}
 	}
+	if op.Kind != core.Acquire && p.open != nil {
+		if v, src, ok, err := p.failOpenOp(ctx, key, op); ok {
+			return v, src, err
+		}
+	}
 	b := s.breaker(key)
+	tried := false // the primary was called, and failed
 	if !b.degraded.Load() {
 		v, err := p.call(ctx, b, key, op)
-		if err != nil && op.Kind == core.Acquire && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+		if err != nil && op.Kind == core.Acquire && p.open == nil && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 			p.orphan(key, op.ID)
 		}
 		switch {
@@ -149,6 +183,7 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 		if op.Kind != core.Acquire {
 			return core.SlotVerdict{}, 0, fmt.Errorf("%w: fallback: the primary store failed to %s the permit, which only it holds: %w", floodgate.ErrStore, opVerb(op.Kind), err)
 		}
+		tried = true
 	} else if op.Kind != core.Acquire {
 		// The local store does not hold the permit, and the primary, which
 		// does, cannot be asked: a store failure, not "not held", so that a
@@ -160,12 +195,72 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 	now := s.clock.Now().UnixMicro()
 	switch s.mode {
 	case FailOpen:
+		// An acquire that failed on the primary may have been granted
+		// there after all (tried): the permit's release then releases it
+		// there too.
+		p.open.put(key, op.ID, now, now+p.spec.Lease, tried)
 		return core.SlotVerdict{OK: true, Expiry: now + p.spec.Lease}, core.SourceFailOpen, nil
 	case FailClosed:
 		return core.SlotVerdict{Held: p.spec.Slots, Retry: s.interval.Microseconds()}, core.SourceFailClosed, nil
 	}
 	v, _, err := p.local.Slot(ctx, key, op)
 	return v, core.SourceLocal, err
+}
+
+// failOpenOp releases or extends a permit that FailOpen granted, as the
+// file's comment says; ok is false when op's permit is not one (or has
+// been forgotten), for the primary to answer.
+func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, bool, error) {
+	s := p.s
+	now := s.clock.Now().UnixMicro()
+	fo, found := p.open.get(key, op.ID)
+	switch {
+	case !found:
+		return core.SlotVerdict{}, 0, false, nil
+	case fo.expiry <= now:
+		// Expired, as a store's permit expires: not held.
+		p.open.drop(key, op.ID)
+		return core.SlotVerdict{}, core.SourceFailOpen, true, nil
+	case op.Kind == core.Release:
+		p.open.drop(key, op.ID)
+		if fo.maybe {
+			p.orphan(key, op.ID)
+		}
+		return core.SlotVerdict{OK: true}, core.SourceFailOpen, true, nil
+	}
+	maybe := fo.maybe
+	if b := s.breaker(key); !b.degraded.Load() {
+		v, err := p.call(ctx, b, key, core.SlotOp{Kind: core.Acquire, ID: op.ID})
+		if errors.Is(err, core.ErrInvalidPermit) {
+			// Held there already: the acquire that failed on the primary
+			// ran after all. Its lease there is renewed instead.
+			v, err = p.call(ctx, b, key, op)
+		}
+		switch {
+		case err == nil && v.OK:
+			p.open.drop(key, op.ID)
+			return v, core.SourceStore, true, nil
+		case err == nil:
+			// The key is full on the primary: the permit keeps the lease
+			// it was given, and no more.
+			s.stats.fallbacks.Add(1)
+			return core.SlotVerdict{OK: true, Held: v.Held, Expiry: fo.expiry}, core.SourceFailOpen, true, nil
+		case ctx.Err() != nil:
+			return core.SlotVerdict{}, 0, true, ctx.Err()
+		case core.IsInvalidInput(err):
+			return core.SlotVerdict{}, 0, true, err
+		case errors.Is(err, floodgate.ErrKey):
+			s.stats.keyErrors.Add(1)
+			return core.SlotVerdict{}, 0, true, err
+		}
+		b.failed(err)
+		maybe = true
+	}
+	// The primary fails: FailOpen renews what it granted, as it grants.
+	s.stats.fallbacks.Add(1)
+	exp := max(fo.expiry, now+p.spec.Lease)
+	p.open.put(key, op.ID, now, exp, maybe)
+	return core.SlotVerdict{OK: true, Expiry: exp}, core.SourceFailOpen, true, nil
 }
 
 // orphan remembers the permit of an acquire that failed on the primary.

@@ -1,7 +1,9 @@
 package fallback_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,176 @@ import (
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 )
+
+// TestSlotsFailOpenPermits: a permit that FailOpen granted is not lost
+// when the primary answers again: its release answers released, and its
+// extend moves it onto the primary under its id when there is room there,
+// or, while the key is full there, answers held with its expiry unchanged
+// until that expiry; the primary never counts more than N. One slot, a
+// lease of a minute, on a fixed clock.
+func TestSlotsFailOpenPermits(t *testing.T) {
+	const lease = time.Minute
+	type step struct {
+		primary mode
+		advance time.Duration // the clock moves on first
+		op      string        // acquire, extend, release; recover closes the breaker
+		permit  string        // the permit's name in the test
+		allowed bool
+		source  floodgate.Source
+		err     bool          // an error wrapping ErrStore
+		expires time.Duration // the permit's expiry after the start, when set
+	}
+	tests := []struct {
+		name      string
+		threshold int
+		steps     []step
+	}{
+		{name: "extended once the primary is back: acquired there under its id", steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{advance: 10 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceStore, expires: 10*time.Second + lease},
+			{op: "acquire", permit: "b", source: floodgate.SourceStore},
+			{op: "release", permit: "a", allowed: true, source: floodgate.SourceStore},
+			{op: "release", permit: "a", source: floodgate.SourceStore},
+		}},
+		{name: "the primary full: held to its own expiry, then not held", steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{advance: 10 * time.Second, op: "acquire", permit: "b", allowed: true, source: floodgate.SourceStore, expires: 10*time.Second + lease},
+			{advance: 20 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{op: "extend", permit: "b", allowed: true, source: floodgate.SourceStore, expires: 30*time.Second + lease},
+			{advance: 30 * time.Second, op: "extend", permit: "a", source: floodgate.SourceFailOpen},
+			{op: "release", permit: "a", source: floodgate.SourceStore},
+		}},
+		{name: "onto the primary once a slot frees there", steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{op: "acquire", permit: "b", allowed: true, source: floodgate.SourceStore, expires: lease},
+			{advance: 20 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{op: "release", permit: "b", allowed: true, source: floodgate.SourceStore},
+			{op: "extend", permit: "a", allowed: true, source: floodgate.SourceStore, expires: 20*time.Second + lease},
+			{op: "acquire", permit: "c", source: floodgate.SourceStore},
+		}},
+		{name: "released during and after the outage, once", steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen},
+			{primary: failing, op: "release", permit: "a", allowed: true, source: floodgate.SourceFailOpen},
+			{primary: failing, op: "release", permit: "a", err: true},
+			{primary: failing, op: "acquire", permit: "b", allowed: true, source: floodgate.SourceFailOpen},
+			{op: "release", permit: "b", allowed: true, source: floodgate.SourceFailOpen},
+			{op: "release", permit: "b", source: floodgate.SourceStore},
+			{op: "acquire", permit: "c", allowed: true, source: floodgate.SourceStore},
+		}},
+		{name: "extended during the outage, for a lease", steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{primary: failing, advance: 30 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: 30*time.Second + lease},
+			{advance: 50 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceStore, expires: 80*time.Second + lease},
+		}},
+		{name: "expired during the outage", steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{primary: failing, advance: lease, op: "extend", permit: "a", source: floodgate.SourceFailOpen},
+			{primary: failing, op: "extend", permit: "a", err: true},
+		}},
+		{name: "granted on the primary after its acquire failed there: counted once", steps: []step{
+			{primary: landing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{op: "acquire", permit: "b", source: floodgate.SourceStore},
+			{advance: 10 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceStore, expires: 10*time.Second + lease},
+			{op: "release", permit: "a", allowed: true, source: floodgate.SourceStore},
+			{op: "acquire", permit: "b", allowed: true, source: floodgate.SourceStore},
+		}},
+		{name: "granted on the primary after its acquire failed there: released there", steps: []step{
+			{primary: landing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen},
+			{op: "release", permit: "a", allowed: true, source: floodgate.SourceFailOpen},
+			{op: "acquire", permit: "b", allowed: true, source: floodgate.SourceStore},
+		}},
+		{name: "through the open breaker", threshold: 1, steps: []step{
+			{primary: failing, op: "acquire", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: lease},
+			{primary: failing, advance: 30 * time.Second, op: "extend", permit: "a", allowed: true, source: floodgate.SourceFailOpen, expires: 30*time.Second + lease},
+			{op: "acquire", permit: "b", allowed: true, source: floodgate.SourceFailOpen, expires: 30*time.Second + lease},
+			{op: "recover"},
+			{op: "extend", permit: "a", allowed: true, source: floodgate.SourceStore},
+			{op: "extend", permit: "b", allowed: true, source: floodgate.SourceFailOpen, expires: 30*time.Second + lease},
+			{op: "release", permit: "b", allowed: true, source: floodgate.SourceFailOpen},
+			{op: "release", permit: "a", allowed: true, source: floodgate.SourceStore},
+		}},
+	}
+	ctx := context.Background()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Mode: fallback.FailOpen, Threshold: cmp.Or(tc.threshold, 1000)})
+			c, err := floodgate.NewConcurrency(f.store, 1, lease, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := f.clock.Now()
+			permits := map[string]floodgate.Permit{}
+			for i, st := range tc.steps {
+				f.primary.mode.Store(int32(st.primary))
+				f.clock.Advance(st.advance)
+				var res floodgate.SlotResult
+				switch st.op {
+				case "recover":
+					f.clock.tick(t)
+					for f.next(t) != fallback.Primary {
+					}
+					continue
+				case "acquire":
+					res, err = c.Acquire(ctx, "k")
+				case "extend":
+					res, err = c.Extend(ctx, permits[st.permit])
+				case "release":
+					res, err = c.Release(ctx, permits[st.permit])
+				}
+				if st.err {
+					if !errors.Is(err, floodgate.ErrStore) {
+						t.Fatalf("step %d: %s %s: %+v %v, want ErrStore", i, st.op, st.permit, res, err)
+					}
+					continue
+				}
+				if err != nil || res.Allowed != st.allowed || res.Source != st.source {
+					t.Fatalf("step %d: %s %s: %+v %v, want allowed %v from %v", i, st.op, st.permit, res, err, st.allowed, st.source)
+				}
+				if st.expires != 0 && !res.Permit.Expires.Equal(start.Add(st.expires)) {
+					t.Fatalf("step %d: %s %s expires %v after the start, want %v", i, st.op, st.permit, res.Permit.Expires.Sub(start), st.expires)
+				}
+				if res.Allowed && st.op == "acquire" {
+					permits[st.permit] = res.Permit
+				}
+			}
+		})
+	}
+}
+
+// TestSlotsFailOpenForgetsTheOldest: the fail-open permits a policy
+// remembers are bounded: beyond 10,000 the oldest is forgotten, and its
+// extend gets the primary's answer, not held.
+func TestSlotsFailOpenForgetsTheOldest(t *testing.T) {
+	f := newFixture(t, fallback.Options{Mode: fallback.FailOpen, Threshold: 1 << 30})
+	c, err := floodgate.NewConcurrency(f.store, 1, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	f.primary.mode.Store(int32(failing))
+	var permits []floodgate.Permit
+	for range 10_001 {
+		r, err := c.Acquire(ctx, "k")
+		if err != nil || !r.Allowed {
+			t.Fatal(r, err)
+		}
+		permits = append(permits, r.Permit)
+	}
+	f.primary.mode.Store(int32(healthy))
+	for _, tc := range []struct {
+		p       floodgate.Permit
+		allowed bool
+		source  floodgate.Source
+	}{
+		{permits[0], false, floodgate.SourceStore},     // forgotten
+		{permits[10_000], true, floodgate.SourceStore}, // the newest: onto the primary
+		{permits[1], true, floodgate.SourceFailOpen},   // remembered; the primary is full
+	} {
+		if r, err := c.Extend(ctx, tc.p); err != nil || r.Allowed != tc.allowed || r.Source != tc.source {
+			t.Fatalf("extend: %+v %v, want allowed %v from %v", r, err, tc.allowed, tc.source)
+		}
+	}
+}
 
 // TestSlotsOrphansReleasedTogether: the permits of acquires that failed on
 // the primary, which ran them all the same, are released there by the
