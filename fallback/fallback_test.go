@@ -681,6 +681,15 @@ type parted struct {
 	seen []string
 }
 
+// newParted returns a parted memory store on clock, with no partition
+// down, closed when the test ends.
+func newParted(t *testing.T, clock floodgate.Clock) *parted {
+	p := &parted{Store: floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})}
+	p.down.Store("")
+	t.Cleanup(func() { p.Store.Close() })
+	return p
+}
+
 func (p *parted) Partitioned() bool { return true }
 func (p *parted) Partition(key string) string {
 	if key[len(key)-1]%2 == 1 {
@@ -699,12 +708,20 @@ type partedPolicy struct {
 	core.Policy
 }
 
+// asked records a call on key, and fails it when key's partition is down.
+func (p *parted) asked(key string) error {
+	p.mu.Lock()
+	p.seen = append(p.seen, key)
+	p.mu.Unlock()
+	if down, _ := p.down.Load().(string); down != "" && p.Partition(key) == down {
+		return floodgate.ErrStore
+	}
+	return nil
+}
+
 func (pp *partedPolicy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	pp.p.mu.Lock()
-	pp.p.seen = append(pp.p.seen, key)
-	pp.p.mu.Unlock()
-	if down, _ := pp.p.down.Load().(string); down != "" && pp.p.Partition(key) == down {
-		return core.Decision{}, floodgate.ErrStore
+	if err := pp.p.asked(key); err != nil {
+		return core.Decision{}, err
 	}
 	return pp.Policy.Take(ctx, key, n)
 }
@@ -714,9 +731,7 @@ func (pp *partedPolicy) Take(ctx context.Context, key string, n int64) (core.Dec
 // and the other partition's keys keep going to the primary.
 func TestPartitionBreakers(t *testing.T) {
 	clock := newGateClock()
-	primary := &parted{Store: floodgate.NewMemoryStore(&floodgate.MemoryOptions{Clock: clock, SweepInterval: -1})}
-	primary.down.Store("")
-	t.Cleanup(func() { primary.Store.Close() })
+	primary := newParted(t, clock)
 	// "probe0" is in the even partition: the odd one picks its own probe key.
 	fb := fallback.New(primary, &fallback.Options{Clock: clock, Threshold: 2, ProbeKey: "probe0", Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { fb.Close() })

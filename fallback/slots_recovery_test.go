@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -269,5 +270,82 @@ func TestSlotsOrphansReleasedTogether(t *testing.T) {
 				t.Fatalf("the primary holds %d permits after the kept orphans' release, want 0", n)
 			}
 		})
+	}
+}
+
+func (p *parted) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+	sp, err := p.Store.(core.SlotStore).PrepareSlots(spec)
+	return &partedSlots{p, sp}, err
+}
+
+type partedSlots struct {
+	p *parted
+	core.SlotPolicy
+}
+
+func (ps *partedSlots) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+	if err := ps.p.asked(key); err != nil {
+		return core.SlotVerdict{}, 0, err
+	}
+	return ps.SlotPolicy.Slot(ctx, key, op)
+}
+
+// TestSlotsOrphansWaitForTheirPartition: with a partitioned primary (a
+// Redis Cluster), a call releases only the orphans of partitions whose
+// breaker is closed: those of a failed partition are not tried (which
+// would make a caller of a healthy one wait out the budget) until it is
+// back.
+func TestSlotsOrphansWaitForTheirPartition(t *testing.T) {
+	clock := newGateClock()
+	primary := newParted(t, clock)
+	states := make(chan fallback.State, 4)
+	fb := fallback.New(primary, &fallback.Options{Clock: clock, Threshold: 2, ProbeKey: "probe0",
+		Logger: slog.New(slog.DiscardHandler), OnSwitch: func(s fallback.State) { states <- s }})
+	t.Cleanup(func() { fb.Close() })
+	c, err := floodgate.NewConcurrency(fb, 1, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	acquire := func(key string) {
+		t.Helper()
+		if _, err := c.Acquire(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := func() map[string]int {
+		primary.mu.Lock()
+		defer primary.mu.Unlock()
+		n := map[string]int{}
+		for _, k := range primary.seen {
+			n[k]++
+		}
+		primary.seen = nil
+		return n
+	}
+	primary.down.Store("odd")
+	acquire("a1")
+	acquire("a1") // two orphans; the odd partition's breaker opens
+	if st := <-states; st != fallback.Degraded {
+		t.Fatal(st)
+	}
+	asked()
+	primary.down.Store("even")
+	acquire("b2") // one orphan; the even breaker stays closed
+	primary.down.Store("odd")
+	acquire("b2")
+	if n := asked(); n["a1"] != 0 || n["b2"] != 3 {
+		t.Fatalf("calls while the odd breaker is open: %v, want b2's two acquires and its orphan's release only", n)
+	}
+	primary.down.Store("")
+	<-clock.slept
+	clock.tick(t) // the odd breaker's probe succeeds
+	if st := <-states; st != fallback.Primary {
+		t.Fatal(st)
+	}
+	asked()
+	acquire("b2")
+	if n := asked(); n["a1"] != 2 {
+		t.Fatalf("calls once the odd partition is back: %v, want a1's two orphans released", n)
 	}
 }
