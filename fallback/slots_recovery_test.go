@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/lib/permithold"
 )
 
 // TestSlotsFailOpenPermits: a permit that FailOpen granted is not lost
@@ -347,5 +348,91 @@ func TestSlotsOrphansWaitForTheirPartition(t *testing.T) {
 	acquire("b2")
 	if n := asked(); n["a1"] != 2 {
 		t.Fatalf("calls once the odd partition is back: %v, want a1's two orphans released", n)
+	}
+}
+
+// TestSlotsFailOpenHeldAcrossRecovery: a request admitted by FailOpen and
+// held by the middleware's permit holder (which extends every third of
+// the lease, and ends the request when an extend answers not held) is not
+// ended when the primary answers again: it moves onto the primary when a
+// slot is free there, and otherwise runs to the end of its lease.
+func TestSlotsFailOpenHeldAcrossRecovery(t *testing.T) {
+	const lease = 3 * time.Minute
+	errLost := errors.New("permit lost")
+	for _, tc := range []struct {
+		name     string
+		freeSlot bool // the primary's permit is released before the first extend
+		ticks    int  // extends, a third of the lease apart, before the request ends
+	}{
+		{name: "moved onto the primary", freeSlot: true, ticks: 6},
+		{name: "the primary full: held to its expiry", ticks: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Mode: fallback.FailOpen, Threshold: 1 << 30})
+			c, err := floodgate.NewConcurrency(f.store, 1, lease, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			f.primary.mode.Store(int32(failing))
+			r, err := c.Acquire(ctx, "k")
+			if err != nil || !r.Allowed || r.Source != floodgate.SourceFailOpen {
+				t.Fatal(r, err)
+			}
+			h := permithold.New(c, 0, f.clock, slog.New(slog.DiscardHandler), errLost, "test")
+			rctx, done := h.Hold(ctx, "k", r.Permit)
+			<-f.clock.slept
+			f.primary.mode.Store(int32(healthy))
+			other, err := c.Acquire(ctx, "k")
+			if err != nil || !other.Allowed || other.Source != floodgate.SourceStore {
+				t.Fatal(other, err)
+			}
+			if tc.freeSlot {
+				if r, err := c.Release(ctx, other.Permit); err != nil || !r.Allowed {
+					t.Fatal(r, err)
+				}
+			}
+			for i := 1; i <= tc.ticks; i++ {
+				f.clock.tick(t)
+				if !tc.freeSlot {
+					// The primary's permit is held on: its key stays full.
+					if r, err := c.Extend(ctx, other.Permit); err != nil || !r.Allowed {
+						t.Fatal(r, err)
+					}
+				}
+				if i == 3 && !tc.freeSlot {
+					break // the permit's expiry: this extend ends the request
+				}
+				select {
+				case <-f.clock.slept:
+				case <-rctx.Done():
+					t.Fatalf("the request ended at extend %d: %v", i, context.Cause(rctx))
+				case <-time.After(5 * time.Second):
+					t.Fatalf("extend %d did not end", i)
+				}
+			}
+			if tc.freeSlot {
+				// The primary counts the moved permit.
+				if r, err := c.Acquire(ctx, "k"); err != nil || r.Allowed || r.Source != floodgate.SourceStore {
+					t.Fatalf("acquire beside the moved permit: %+v %v", r, err)
+				}
+			} else {
+				select {
+				case <-rctx.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the request runs past its permit's expiry")
+				}
+				if !errors.Is(context.Cause(rctx), errLost) {
+					t.Fatalf("the request ended with %v", context.Cause(rctx))
+				}
+			}
+			done()
+			// The primary holds the other permit alone, or nothing after
+			// the moved one's release.
+			want := !tc.freeSlot
+			if r, err := c.Acquire(ctx, "k"); err != nil || r.Allowed == want {
+				t.Fatalf("acquire at the end: %+v %v", r, err)
+			}
+		})
 	}
 }
