@@ -58,11 +58,11 @@ import (
 // on the primary once it answers again, so that such slots do not stay
 // taken for a lease: each call to the primary first releases up to
 // orphansPerCall of them, all at once, each within the budget, so that
-// its caller waits for them one budget at most (and the Redis store sends
-// operations made together in one script call). An orphan whose release
-// fails is kept for a later call. In FailOpen, the permit of such an
-// acquire is the holder's: it is remembered as granted, not as an orphan,
-// and its release hands it to the orphans.
+// its caller waits for them one budget at most (and the Redis store
+// carries operations made at once in shared script calls). An orphan
+// whose release fails is kept for a later call. In FailOpen, the permit
+// of such an acquire is the holder's: it is remembered as granted, not
+// as an orphan, and its release hands it to the orphans.
 
 type slotPolicy struct {
 	s       *Store
