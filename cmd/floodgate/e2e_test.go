@@ -580,7 +580,7 @@ func TestDenialCacheServe(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token-bucket, burst: 2}\n")
 	writeFile(t, filepath.Join(dir, "rules.yaml"), "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 1\n    period: 1h\n    burst: 1\n")
-	in := serve(t, "--redis", srv.URL()+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--denial-cache")
+	in := serve(t, "--redis", srv.URL()+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--denial-cache", "--budget", "2s")
 	rc := srv.Admin(t)
 	ctx := context.Background()
 	// Every command goes to the slow log, with its arguments (a script's
@@ -643,7 +643,7 @@ func TestDenialCacheServe(t *testing.T) {
 
 func TestAgainstRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	in := serve(t, "--redis", srv.URL()+"/0", "--instances", "2")
+	in := serve(t, "--redis", srv.URL()+"/0", "--instances", "2", "--budget", "2s")
 	c := in.redis(t, nil)
 	ctx := context.Background()
 	got, err := c.Do(ctx, "CL.THROTTLE", "user123", 15, 30, 60).Int64Slice()

@@ -187,7 +187,7 @@ func TestExamplesOnRedis(t *testing.T) {
 				t.Fatal(err)
 			}
 			prefix := fmt.Sprintf("ex%d:", i)
-			in := serve(t, "--redis", srv.URL()+"/0", "--redis-prefix", prefix, "--config", path, "--watch", "0")
+			in := serve(t, "--redis", srv.URL()+"/0", "--redis-prefix", prefix, "--config", path, "--watch", "0", "--budget", "2s")
 			rebaseDone(t, rc, prefix, cfg.Rules)
 			answers(t, in, cfg)
 			stopCleanly(t, in)
@@ -205,7 +205,7 @@ func TestReloadCalendarOnRedis(t *testing.T) {
 	logEverything(t, rc)
 	path := filepath.Join(t.TempDir(), "rules.yaml")
 	writeFile(t, path, "rules:\n  - name: api\n    algorithm: token-bucket\n    rate: 10\n    period: 1m\n    burst: 10\n")
-	in := serve(t, "--redis", srv.URL()+"/0", "--config", path, "--watch", "0")
+	in := serve(t, "--redis", srv.URL()+"/0", "--config", path, "--watch", "0", "--budget", "2s")
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)

@@ -165,7 +165,7 @@ func TestTraceOTLP(t *testing.T) {
 			} {
 				t.Setenv(k, v)
 			}
-			in := serve(t, "--redis", redis.URL()+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--watch", "0")
+			in := serve(t, "--redis", redis.URL()+"/0", "--config", dir, "--grpc", "127.0.0.1:0", "--watch", "0", "--budget", "2s")
 			const parent = "00f067aa0ba902b7"
 			traceparent := func(id string) string { return "00-" + id + "-" + parent + "-01" }
 			check, auth, envoy := strings.Repeat("a1", 16), strings.Repeat("b2", 16), strings.Repeat("c3", 16)

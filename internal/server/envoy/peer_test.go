@@ -280,7 +280,10 @@ type maker struct {
 	// chargeless: a shadow_mode or quota_mode limit matches, which the
 	// atomic mode leaves out (see randomRequest).
 	chargeless bool
-	make       func(r *rand.Rand) *rlcommon.RateLimitDescriptor
+	// blocked: its limit is requests_per_unit 0, on which a request of 0
+	// hits is a deliberate difference (docs/envoy.md): it gets 1 or more.
+	blocked bool
+	make    func(r *rand.Rand) *rlcommon.RateLimitDescriptor
 }
 
 // makers are the descriptor makers; a request takes those whose features
@@ -326,7 +329,7 @@ var makers = []maker{
 		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 3, Unit: units[u]}
 		return d
 	}},
-	{make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("persecond", "x") }},
+	{blocked: true, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor { return envoytest.Descriptor("persecond", "x") }},
 	{needs: midWildcards, make: func(r *rand.Rand) *rlcommon.RateLimitDescriptor {
 		return envoytest.Descriptor("route", []string{"/api/1/action", "/api/x/y/action", "/api/1/other", "/api//action", "/api/action"}[r.IntN(5)])
 	}},
@@ -382,7 +385,11 @@ func randomRequest(r *rand.Rand, ms []maker, atomic bool) *rlsv3.RateLimitReques
 		used[i] = true
 		d := ms[i].make(r)
 		if !atomic && r.IntN(5) == 0 {
-			d.HitsAddend = wrapperspb.UInt64(uint64(r.IntN(4))) // 0 peeks
+			hits := uint64(r.IntN(4)) // 0 peeks
+			if hits == 0 && ms[i].blocked {
+				hits = 1
+			}
+			d.HitsAddend = wrapperspb.UInt64(hits)
 		}
 		req.Descriptors = append(req.Descriptors, d)
 	}
