@@ -1,6 +1,7 @@
 package fallback_test
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"time"
@@ -77,5 +78,87 @@ func TestInspect(t *testing.T) {
 				t.Errorf("Stats().Fallbacks = %d; want 0", n)
 			}
 		})
+	}
+}
+
+// InspectSlots makes the flaky primary's slots a core.SlotInspector,
+// failing as its Slot does.
+func (p *flakySlots) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+	if err := (&flakyPolicy{f: p.f}).fail(ctx); err != nil {
+		return core.SlotInspection{}, err
+	}
+	return p.SlotPolicy.(core.SlotInspector).InspectSlots(ctx, key)
+}
+
+// TestInspectSlotsFailOpen: InspectSlots reports the permits that FailOpen
+// granted and remembers beside the primary's (or beside the mode's answer,
+// none held, while the primary fails), as Local mode reports its local
+// store's: how many are live on the key and the earliest expiry, until
+// each is released, expires or is moved onto the primary by an extend.
+// Two slots, a lease of a minute, on a fixed clock.
+func TestInspectSlotsFailOpen(t *testing.T) {
+	const lease = time.Minute
+	f := newFixture(t, fallback.Options{Mode: fallback.FailOpen, Threshold: 1000})
+	spec, err := core.NewSlots(2, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := f.store.PrepareSlots(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := f.clock.Now().UnixMicro()
+	ids := map[string]string{}
+	type step struct {
+		primary mode
+		advance time.Duration
+		op      core.SlotOpKind // 0: none, only the look
+		key     string          // of the op; "k" when empty
+		permit  string
+		source  core.Source // the op's
+		// The look at "k": the main answer and the remembered permits.
+		held, openHeld int64
+		inSource       core.Source
+		openEarliest   time.Duration // after the start; 0: none
+	}
+	steps := []step{
+		{op: core.Acquire, permit: "a", source: core.SourceStore, held: 1, inSource: core.SourceStore},
+		{primary: failing, op: core.Acquire, permit: "b", source: core.SourceFailOpen, openHeld: 1, inSource: core.SourceFailOpen, openEarliest: lease},
+		{primary: failing, advance: 10 * time.Second, op: core.Acquire, permit: "c", source: core.SourceFailOpen, openHeld: 2, inSource: core.SourceFailOpen, openEarliest: lease},
+		{primary: failing, op: core.Acquire, key: "other", permit: "x", source: core.SourceFailOpen, openHeld: 2, inSource: core.SourceFailOpen, openEarliest: lease},
+		{held: 1, openHeld: 2, inSource: core.SourceStore, openEarliest: lease},
+		{op: core.Release, permit: "b", source: core.SourceFailOpen, held: 1, openHeld: 1, inSource: core.SourceStore, openEarliest: 10*time.Second + lease},
+		{op: core.Extend, permit: "c", source: core.SourceStore, held: 2, inSource: core.SourceStore},
+		{primary: failing, op: core.Acquire, permit: "d", source: core.SourceFailOpen, openHeld: 1, inSource: core.SourceFailOpen, openEarliest: 10*time.Second + lease},
+		{primary: failing, advance: lease, inSource: core.SourceFailOpen},
+	}
+	for i, st := range steps {
+		f.primary.mode.Store(int32(st.primary))
+		f.clock.Advance(st.advance)
+		if st.op != 0 {
+			key := cmp.Or(st.key, "k")
+			if st.op == core.Acquire {
+				ids[st.permit] = core.NewPermitID(key, [16]byte{byte(i + 1)})
+			}
+			v, src, err := sp.Slot(ctx, key, core.SlotOp{Kind: st.op, ID: ids[st.permit]})
+			if err != nil || !v.OK || src != st.source {
+				t.Fatalf("step %d: %s %s: %+v %v %v, want granted by %v", i, st.op, st.permit, v, src, err, st.source)
+			}
+		}
+		in, err := sp.(core.SlotInspector).InspectSlots(ctx, "k")
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		open := in.Fallback.Local
+		wantEarliest := int64(0)
+		if st.openEarliest != 0 {
+			wantEarliest = start + st.openEarliest.Microseconds()
+		}
+		if in.Held != st.held || in.Source != st.inSource || in.Fallback.Degraded != (st.primary == failing) || open == nil ||
+			open.Held != st.openHeld || open.Earliest != wantEarliest || open.Source != core.SourceFailOpen || open.Now != in.Now {
+			t.Fatalf("step %d: InspectSlots = %+v, fail-open permits %+v; want %d held from %v, and %d fail-open expiring first at %d",
+				i, in, open, st.held, st.inSource, st.openHeld, wantEarliest)
+		}
 	}
 }

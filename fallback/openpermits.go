@@ -62,6 +62,26 @@ func (o *openPermits) put(key, id string, now, expiry int64, maybe bool) {
 	o.byRef[ref] = o.order.PushBack(&openPermit{ref: ref, expiry: expiry, maybe: maybe})
 }
 
+// inspect reports the permits remembered on key that are live at now:
+// how many, and the earliest expiry among them (0 when none is). It reads
+// every remembered permit, which is bounded; it serves an inspection, not
+// a decision.
+func (o *openPermits) inspect(key string, now int64) (held, earliest int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for e := o.order.Front(); e != nil; e = e.Next() {
+		op := e.Value.(*openPermit)
+		if op.ref.key != key || op.expiry <= now {
+			continue
+		}
+		held++
+		if earliest == 0 || op.expiry < earliest {
+			earliest = op.expiry
+		}
+	}
+	return held, earliest
+}
+
 // drop forgets the permit id on key.
 func (o *openPermits) drop(key, id string) {
 	o.mu.Lock()

@@ -364,11 +364,14 @@ var _ core.SlotInspector = (*slotPolicy)(nil)
 
 // InspectSlots implements core.SlotInspector: the primary's slots of key
 // while its breaker is closed and it answers within the budget, else the
-// mode's (the local store's in Local mode; none held in FailOpen, all in
-// FailClosed); and beside them, in Local mode, the local store's permits
-// of the key, which are held until released or expired whoever answers.
-// A primary or local store that cannot inspect gives an error wrapping
-// errors.ErrUnsupported.
+// mode's (the local store's in Local mode; none held in FailOpen, whose
+// acquires are granted whatever it remembers; all in FailClosed); and
+// beside them, as Fallback.Local, the permits of the key that the
+// primary does not count: in Local mode the local store's, held until
+// released or expired whoever answers; in FailOpen those it granted and
+// remembers (Source SourceFailOpen), held until released, expired, or
+// moved onto the primary by an extend. A primary or local store that
+// cannot inspect gives an error wrapping errors.ErrUnsupported.
 func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
 	if err := core.CheckKey(key); err != nil {
 		return core.SlotInspection{}, err
@@ -389,6 +392,14 @@ func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotIns
 		}
 		local.Source = core.SourceLocal
 		fb.Local = &local
+	}
+	if p.open != nil {
+		// As the local store's permits are reported in Local mode: those
+		// this process granted, which the primary does not count.
+		now := s.clock.Now().UnixMicro()
+		open := core.SlotInspection{Now: now, Source: core.SourceFailOpen}
+		open.Held, open.Earliest = p.open.inspect(key, now)
+		fb.Local = &open
 	}
 	b := s.breaker(key)
 	if !b.degraded.Load() {
