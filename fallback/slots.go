@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,7 +63,11 @@ import (
 // carries operations made at once in shared script calls). An orphan
 // whose release fails is kept for a later call. In FailOpen, the permit
 // of such an acquire is the holder's: it is remembered as granted, not
-// as an orphan, and its release hands it to the orphans.
+// as an orphan, and its release hands it to the orphans. A release or
+// extend that reaches the primary for an orphan (its holder's permit,
+// granted locally or by FailOpen, has ended there) releases it there
+// first and answers not held, so that a permit released is never held
+// again, however many orphans wait.
 
 type slotPolicy struct {
 	s       *Store
@@ -76,6 +81,8 @@ type slotPolicy struct {
 	// hold slots for a lease.
 	orphanMu sync.Mutex
 	orphans  []permitRef
+	// orphaned counts each permit's entries in orphans, for claimOrphan.
+	orphaned map[permitRef]int
 	// open are the permits that FailOpen granted; nil in the other modes.
 	open *openPermits
 }
@@ -164,11 +171,21 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 	b := s.breaker(key)
 	tried := false // the primary was called, and failed
 	if !b.degraded.Load() {
-		v, err := p.call(ctx, b, key, op)
-		if err != nil && op.Kind == core.Acquire && p.open == nil && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+		// An orphan's release or extend: its permit ended where it was
+		// granted, and its copy on the primary is released, not held,
+		// even while more orphans wait than a call releases.
+		claimed := op.Kind != core.Acquire && p.claimOrphan(key, op.ID)
+		callOp := op
+		if claimed {
+			callOp.Kind = core.Release
+		}
+		v, err := p.call(ctx, b, key, callOp)
+		if err != nil && (claimed || op.Kind == core.Acquire && p.open == nil) && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 			p.orphan(key, op.ID)
 		}
 		switch {
+		case err == nil && claimed:
+			return core.SlotVerdict{Held: v.Held}, core.SourceStore, nil
 		case err == nil:
 			return v, core.SourceStore, nil
 		case ctx.Err() != nil:
@@ -267,10 +284,40 @@ func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op core.SlotOp)
 func (p *slotPolicy) orphan(key, id string) {
 	p.orphanMu.Lock()
 	if len(p.orphans) >= maxOrphans {
+		p.unorphan(p.orphans[0])
 		p.orphans = append(p.orphans[:0], p.orphans[1:]...)
 	}
-	p.orphans = append(p.orphans, permitRef{key, id})
+	ref := permitRef{key, id}
+	p.orphans = append(p.orphans, ref)
+	if p.orphaned == nil {
+		p.orphaned = make(map[permitRef]int)
+	}
+	p.orphaned[ref]++
 	p.orphanMu.Unlock()
+}
+
+// unorphan uncounts one entry of ref; p.orphanMu is held.
+func (p *slotPolicy) unorphan(ref permitRef) {
+	if p.orphaned[ref]--; p.orphaned[ref] <= 0 {
+		delete(p.orphaned, ref)
+	}
+}
+
+// claimOrphan takes the permit id on key out of the orphans, if it is
+// one, and reports whether it was. A release or extend of an orphan comes
+// from a holder whose permit was granted elsewhere (the local store, or
+// FailOpen) and has ended there: the primary's copy, if it has one, is
+// no permit of the holder's, and must not answer held.
+func (p *slotPolicy) claimOrphan(key, id string) bool {
+	ref := permitRef{key, id}
+	p.orphanMu.Lock()
+	defer p.orphanMu.Unlock()
+	if p.orphaned[ref] == 0 {
+		return false
+	}
+	delete(p.orphaned, ref)
+	p.orphans = slices.DeleteFunc(p.orphans, func(o permitRef) bool { return o == ref })
+	return true
 }
 
 // takeOrphans takes up to orphansPerCall orphans to release, among the
@@ -287,6 +334,7 @@ func (p *slotPolicy) takeOrphans() []permitRef {
 	for _, o := range p.orphans[kept:] {
 		if len(batch) < orphansPerCall && !p.s.breaker(o.key).degraded.Load() {
 			batch = append(batch, o)
+			p.unorphan(o)
 			continue
 		}
 		p.orphans[kept] = o

@@ -436,3 +436,57 @@ func TestSlotsFailOpenHeldAcrossRecovery(t *testing.T) {
 		})
 	}
 }
+
+// TestSlotsOrphanEndedByItsHolder: a permit whose acquire landed on the
+// primary after failing there, and that its holder then released where
+// it was granted (the local store, or FailOpen), is not held again once
+// the primary answers, whichever orphans a call releases first: its
+// second release and its extend answer not held, and it is released on
+// the primary. Before, with more orphans waiting than a call releases,
+// they found its copy on the primary and answered Allowed.
+func TestSlotsOrphanEndedByItsHolder(t *testing.T) {
+	const permits = 3 * 16 // more orphans than a call, or two, releases
+	for _, tc := range []struct {
+		mode   fallback.Mode
+		source floodgate.Source // of the grants while landing
+	}{{fallback.Local, floodgate.SourceLocal}, {fallback.FailOpen, floodgate.SourceFailOpen}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			f := newFixture(t, fallback.Options{Mode: tc.mode, Threshold: 1 << 30})
+			c, err := floodgate.NewConcurrency(f.store, permits, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			direct, err := floodgate.NewConcurrency(f.primary.Store, permits, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			f.primary.mode.Store(int32(landing))
+			var granted []floodgate.Permit
+			for range permits {
+				r, err := c.Acquire(ctx, "k")
+				if err != nil || !r.Allowed || r.Source != tc.source {
+					t.Fatal(r, err)
+				}
+				granted = append(granted, r.Permit)
+			}
+			for _, p := range granted {
+				if r, err := c.Release(ctx, p); err != nil || !r.Allowed || r.Source != tc.source {
+					t.Fatalf("release where it was granted: %+v %v", r, err)
+				}
+			}
+			f.primary.mode.Store(int32(healthy))
+			for i := len(granted) - 1; i >= 0; i-- {
+				p := granted[i]
+				for _, op := range []func(context.Context, floodgate.Permit) (floodgate.SlotResult, error){c.Release, c.Extend} {
+					if r, err := op(ctx, p); err != nil || r.Allowed {
+						t.Fatalf("permit %d, released, once the primary answers: %+v %v; want not held", i, r, err)
+					}
+				}
+				if r, err := direct.Extend(ctx, p); err != nil || r.Allowed {
+					t.Fatalf("permit %d is held on the primary: %+v %v", i, r, err)
+				}
+			}
+		})
+	}
+}
