@@ -15,7 +15,7 @@ import (
 // FuzzSlotsOutage runs fuzzed sequences of acquires, releases and extends
 // on two keys, in each mode, while the primary fails and recovers (with
 // the breaker opening at a fuzzed threshold, or never, and closing by its
-// probe), and holds every answer to outageModel, a reference that follows
+// probe), or lands acquires (applies them after failing them), and holds every answer to outageModel, a reference that follows
 // the modes as docs/concurrency.md describes them ("On each store",
 // Fallback). Beside the model it checks the documented invariants
 // directly: the primary never counts more than N permits on a key, a
@@ -23,8 +23,8 @@ import (
 // Allowed), and no call panics.
 func FuzzSlotsOutage(f *testing.F) {
 	// Each op is 3 bytes (see checkOutageSequence): 0 acquires on "a", 8
-	// on "b"; 2 and 10 release, 4 and 12 extend; 6 fails the primary, 7
-	// heals it.
+	// on "b"; 2 and 10 release, 4 and 12 extend; 6 fails the primary
+	// (lands acquires with an odd second byte), 7 heals it.
 	// Local, N 2 over 2 instances: two local acquires (the second denied),
 	// back, a local permit released twice and extended.
 	f.Add([]byte{3, 20, 7, 6, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 2, 0, 1, 2, 0, 1, 4, 0, 1, 0, 0, 0})
@@ -38,6 +38,20 @@ func FuzzSlotsOutage(f *testing.F) {
 	// FailOpen, N 3, threshold 2, on "b": grants that open the breaker,
 	// renewed through it, moved onto the primary once the probe closes it.
 	f.Add([]byte{7, 40, 1, 6, 0, 0, 8, 0, 0, 8, 0, 0, 12, 0, 2, 7, 0, 0, 12, 1, 0, 10, 0, 0, 10, 0, 0, 12, 0, 23})
+	// FailOpen, N 1: an acquire that lands on the primary: counted there
+	// once, moved by its extend, released there.
+	f.Add([]byte{1, 30, 3, 6, 1, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 4, 0, 1, 2, 0, 0, 0, 0, 0})
+	// Local, N 2: an acquire that lands on the primary and is granted
+	// locally: its orphan released on the primary by the next call.
+	f.Add([]byte{3, 30, 3, 6, 1, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 0})
+	// Local, N 4: an acquire that lands, and 40 more on "b", so that more
+	// orphans wait than a call releases; the first, released locally, is
+	// not held again.
+	many := []byte{9, 30, 3, 6, 1, 0, 0, 0, 0}
+	for range 40 {
+		many = append(many, 8, 0, 0)
+	}
+	f.Add(append(many, 7, 0, 0, 2, 0, 0, 4, 0, 0, 2, 0, 0))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := checkOutageSequence(t, data); err != nil {
 			t.Fatal(err)
@@ -63,6 +77,7 @@ func checkOutageSequence(t *testing.T, data []byte) error {
 		threshold: [...]int64{1, 2, 3, 1 << 30}[data[2]%4],
 		primary:   map[string]map[string]int64{},
 		local:     map[string]map[string]int64{},
+		orphans:   map[[2]string]bool{},
 	}
 	instances := int64(data[2]/4%3) + 1
 	m.share = max(1, m.n/instances)
@@ -109,6 +124,10 @@ func checkOutageSequence(t *testing.T, data []byte) error {
 			p = got.Permit
 			if err == nil && got.Allowed {
 				permits = append(permits, p)
+			} else {
+				// The denied acquire's id is not told; the model's stands
+				// for it where it is kept (a landing primary, an orphan).
+				p = floodgate.Permit{Key: key, ID: fmt.Sprint("denied-", i)}
 			}
 		case 2, 3, 4, 5:
 			if len(permits) == 0 {
@@ -130,11 +149,13 @@ func checkOutageSequence(t *testing.T, data []byte) error {
 				released[p] = true
 			}
 		case 6:
-			m.failing = true
-			primary.mode.Store(int32(failing))
+			// Failing, or, with an odd permit byte, landing: a server that
+			// applies an acquire after the caller gave up.
+			m.primaryMode = failing + mode(b1%2)*(landing-failing)
+			primary.mode.Store(int32(m.primaryMode))
 			continue
 		case 7:
-			m.failing = false
+			m.primaryMode = healthy
 			primary.mode.Store(int32(healthy))
 			if m.open {
 				// The probe loop, asleep for a probe interval, probes the
@@ -150,14 +171,17 @@ func checkOutageSequence(t *testing.T, data []byte) error {
 		now := clock.Now().UnixMicro()
 		wasOpen := m.open
 		want := m.apply(op, key, p.ID, now)
-		if want.err {
+		if m.inexact {
+			// The primary's permits are not known (see outageModel): the
+			// invariants above and below hold all the same.
+		} else if want.err {
 			if !errors.Is(err, floodgate.ErrStore) {
 				return fmt.Errorf("op %d: %s on %s at %d: got %+v, %v; want an error wrapping ErrStore", i/3, op, key, now, got, err)
 			}
 		} else if err != nil || got.Allowed != want.allowed || got.Source != want.source || got.Held != want.held ||
 			got.RetryAfter != time.Duration(want.retry)*time.Microsecond || !got.Permit.Expires.Equal(want.expires()) {
-			return fmt.Errorf("op %d: %s on %s at %d (%s, N %d, share %d, breaker open %v, primary failing %v): got %+v, %v; want %+v",
-				i/3, op, key, now, m.mode, m.n, m.share, m.open, m.failing, got, err, want)
+			return fmt.Errorf("op %d: %s on %s at %d (%s, N %d, share %d, breaker open %v, primary %d): got %+v, %v; want %+v",
+				i/3, op, key, now, m.mode, m.n, m.share, m.open, m.primaryMode, got, err, want)
 		}
 		// The breaker opens when the model says, and the op switched it
 		// (OnSwitch runs in the op's goroutine).
@@ -194,20 +218,29 @@ func awaitState(states <-chan fallback.State, want fallback.State) error {
 // outageModel is the fallback's concurrency limits as docs/concurrency.md
 // describes them, on one process: the primary's permits, the local
 // store's (Local), the permits FailOpen granted and remembers in the
-// order they were granted or renewed, and the breaker.
+// order they were granted or renewed, the acquires that failed on the
+// primary (orphans, released there by its next call), and the breaker.
+// A call releases at most 16 orphans, in an order that failed releases
+// shuffle; with more, the model no longer knows the primary's permits,
+// and is inexact from then on: only the invariants are checked.
 type outageModel struct {
 	mode                      fallback.Mode
 	n, share, lease, interval int64
 	threshold, fails          int64
-	open, failing             bool
+	open                      bool
+	primaryMode               mode                        // healthy, failing or landing
 	primary, local            map[string]map[string]int64 // key → id → expiry
 	granted                   []openGrant
+	orphans                   map[[2]string]bool // key, id
+	inexact                   bool
 }
 
-// openGrant is a permit that FailOpen granted.
+// openGrant is a permit that FailOpen granted; maybe says that the
+// primary may hold it too (a call about it failed there).
 type openGrant struct {
 	key, id string
 	expiry  int64
+	maybe   bool
 }
 
 // modelAnswer is what the model says an op answers.
@@ -216,6 +249,7 @@ type modelAnswer struct {
 	held, expiry, retry int64
 	source              floodgate.Source
 	err                 bool // an error wrapping ErrStore
+	dup                 bool // an acquire of a permit held already
 }
 
 // expires is the expiry of the permit that a acquires or extends; the
@@ -247,6 +281,8 @@ func (m *outageModel) step(store map[string]map[string]int64, n int64, op, key, 
 	a := modelAnswer{source: src}
 	e, ok := held[id]
 	switch {
+	case op == "acquire" && ok:
+		a.dup = true
 	case op == "acquire" && int64(len(held)) < n:
 		held[id] = now + m.lease
 		a.allowed, a.expiry = true, now+m.lease
@@ -269,21 +305,38 @@ func (m *outageModel) step(store map[string]map[string]int64, n int64, op, key, 
 	return a
 }
 
-// primaryFailed counts a failed call to the primary.
-func (m *outageModel) primaryFailed() {
+// call is a call to the primary while the breaker is closed: the
+// orphans' releases first, then op; ok is false when the primary fails
+// (a landing primary applies an acquire all the same).
+func (m *outageModel) call(op, key, id string, now int64) (a modelAnswer, ok bool) {
+	if m.primaryMode == healthy {
+		if len(m.orphans) > 16 {
+			m.inexact = true
+		}
+		for o := range m.orphans {
+			m.step(m.primary, m.n, "release", o[0], o[1], now, 0)
+		}
+		clear(m.orphans)
+		m.fails = 0
+		return m.step(m.primary, m.n, op, key, id, now, floodgate.SourceStore), true
+	}
+	if m.primaryMode == landing && op == "acquire" {
+		m.step(m.primary, m.n, op, key, id, now, 0)
+	}
 	if m.fails++; m.fails >= m.threshold {
 		m.open = true
 	}
+	return modelAnswer{}, false
 }
 
 // grant remembers a FailOpen permit as the newest, first forgetting
 // those at the front (the oldest) that expired at now.
-func (m *outageModel) grant(key, id string, now, expiry int64) {
-	m.forget(key, id)
+func (m *outageModel) grant(g openGrant, now int64) {
+	m.forget(g.key, g.id)
 	for len(m.granted) > 0 && m.granted[0].expiry <= now {
 		m.granted = m.granted[1:]
 	}
-	m.granted = append(m.granted, openGrant{key, id, expiry})
+	m.granted = append(m.granted, g)
 }
 
 func (m *outageModel) forget(key, id string) {
@@ -307,12 +360,26 @@ func (m *outageModel) apply(op, key, id string, now int64) modelAnswer {
 			return a
 		}
 	}
-	switch {
-	case !m.open && !m.failing:
-		m.fails = 0
-		return m.step(m.primary, m.n, op, key, id, now, floodgate.SourceStore)
-	case !m.open:
-		m.primaryFailed()
+	tried := false
+	if !m.open {
+		// An orphan's release or extend releases it: its permit ended
+		// where it was granted.
+		ref := [2]string{key, id}
+		if claimed := op != "acquire" && m.orphans[ref]; claimed {
+			delete(m.orphans, ref)
+			if a, ok := m.call("release", key, id, now); ok {
+				return modelAnswer{held: a.held, source: floodgate.SourceStore}
+			}
+			m.orphans[ref] = true
+			return modelAnswer{err: true}
+		}
+		if a, ok := m.call(op, key, id, now); ok {
+			return a
+		}
+		tried = true
+		if op == "acquire" && m.mode != fallback.FailOpen {
+			m.orphans[[2]string{key, id}] = true
+		}
 	}
 	if op != "acquire" {
 		// Only the primary holds the permit, and it fails.
@@ -320,7 +387,7 @@ func (m *outageModel) apply(op, key, id string, now int64) modelAnswer {
 	}
 	switch m.mode {
 	case fallback.FailOpen:
-		m.grant(key, id, now, now+m.lease)
+		m.grant(openGrant{key, id, now + m.lease, tried}, now)
 		return modelAnswer{allowed: true, expiry: now + m.lease, source: floodgate.SourceFailOpen}
 	case fallback.FailClosed:
 		return modelAnswer{held: m.n, retry: m.interval, source: floodgate.SourceFailClosed}
@@ -347,24 +414,30 @@ func (m *outageModel) applyGranted(op, key, id string, now int64) (modelAnswer, 
 		return modelAnswer{source: floodgate.SourceFailOpen}, true
 	case op == "release":
 		m.forget(key, id)
+		if g.maybe {
+			m.orphans[[2]string{key, id}] = true
+		}
 		return modelAnswer{allowed: true, source: floodgate.SourceFailOpen}, true
 	}
-	switch {
-	case !m.open && !m.failing:
-		m.fails = 0
-		// Acquired on the primary under its id, when it has room.
-		a := m.step(m.primary, m.n, "acquire", key, id, now, floodgate.SourceStore)
-		if a.allowed {
+	if !m.open {
+		// Acquired on the primary under its id, when it has room; renewed
+		// there when it holds it already (its acquire landed).
+		a, ok := m.call("acquire", key, id, now)
+		if ok && a.dup {
+			a = m.step(m.primary, m.n, "extend", key, id, now, floodgate.SourceStore)
+		}
+		switch {
+		case ok && a.allowed:
 			m.forget(key, id)
 			return a, true
+		case ok:
+			return modelAnswer{allowed: true, held: a.held, expiry: g.expiry, source: floodgate.SourceFailOpen}, true
 		}
-		return modelAnswer{allowed: true, held: a.held, expiry: g.expiry, source: floodgate.SourceFailOpen}, true
-	case !m.open:
-		m.primaryFailed()
+		g.maybe = true
 	}
-	exp := max(g.expiry, now+m.lease)
-	m.grant(key, id, now, exp)
-	return modelAnswer{allowed: true, expiry: exp, source: floodgate.SourceFailOpen}, true
+	g.expiry = max(g.expiry, now+m.lease)
+	m.grant(g, now)
+	return modelAnswer{allowed: true, expiry: g.expiry, source: floodgate.SourceFailOpen}, true
 }
 
 // checkLooks checks, on both keys, the primary's own count (never above
@@ -377,8 +450,14 @@ func (m *outageModel) checkLooks(ctx context.Context, c, direct *floodgate.Concu
 		if err != nil {
 			return err
 		}
-		if d.Held > m.n || d.Held != int64(len(live(m.primary, key, now))) {
-			return fmt.Errorf("the primary holds %d permits on %s; N is %d, the model holds %d", d.Held, key, m.n, len(m.primary[key]))
+		if d.Held > m.n {
+			return fmt.Errorf("the primary holds %d permits on %s; N is %d", d.Held, key, m.n)
+		}
+		if m.inexact {
+			continue
+		}
+		if d.Held != int64(len(live(m.primary, key, now))) {
+			return fmt.Errorf("the primary holds %d permits on %s; the model %d", d.Held, key, len(m.primary[key]))
 		}
 		in, err := c.Inspect(ctx, key)
 		if err != nil {
@@ -395,8 +474,10 @@ func (m *outageModel) checkLooks(ctx context.Context, c, direct *floodgate.Concu
 				}
 			}
 		}
+		// A landing primary answers looks.
+		degraded := m.open || m.primaryMode == failing
 		held, src := d.Held, floodgate.SourceStore
-		if degraded := m.open || m.failing; degraded {
+		if degraded {
 			switch m.mode {
 			case fallback.Local:
 				held, src = aside, floodgate.SourceLocal
@@ -407,7 +488,7 @@ func (m *outageModel) checkLooks(ctx context.Context, c, direct *floodgate.Concu
 			}
 		}
 		fb := in.Fallback
-		if in.Held != held || in.Source != src || fb == nil || fb.Degraded != (m.open || m.failing) || fb.LocalHeld != aside {
+		if in.Held != held || in.Source != src || fb == nil || fb.Degraded != degraded || fb.LocalHeld != aside {
 			return fmt.Errorf("inspection of %s: %+v, fallback %+v; want %d held from %v, %d beside", key, in, fb, held, src, aside)
 		}
 	}
