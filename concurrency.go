@@ -248,8 +248,11 @@ type FallbackSlotInspection struct {
 	// LocalLimit is the local store's share of N (N/Instances, at least
 	// 1), in the local mode; 0 otherwise.
 	LocalLimit int64
-	// LocalHeld is how many permits the local store holds on the key:
-	// granted while the primary failed, held until released or expired.
+	// LocalHeld is how many permits the local store holds on the key, in
+	// the local mode: granted while the primary failed, held until
+	// released or expired. In the fail-open mode, it is how many permits
+	// this process granted open on the key and still remembers, which
+	// the primary does not count (see fallback's package doc).
 	LocalHeld int64
 	// LocalFreeAfter is how long until the earliest of them expires; 0
 	// when none is held.
@@ -285,7 +288,7 @@ func (c *Concurrency) Inspect(ctx context.Context, key string) (SlotInspection, 
 	if fb := in.Fallback; fb != nil {
 		out.Fallback = &FallbackSlotInspection{Mode: fb.Mode, Degraded: fb.Degraded, Instances: fb.Instances}
 		if fb.Local != nil {
-			if sh, err := c.spec.Share(max(1, fb.Instances)); err == nil {
+			if sh, err := c.spec.Share(max(1, fb.Instances)); err == nil && fb.Mode == "local" {
 				out.Fallback.LocalLimit = sh.Slots
 			}
 			out.Fallback.LocalHeld = fb.Local.Held

@@ -391,7 +391,9 @@ type SlotFallbackInspection struct {
 	Instances int64
 	// Local is the local store's slots of the key, in the local mode:
 	// permits granted while the primary failed, held until released or
-	// expired even once it answers again. Nil in the other modes.
+	// expired even once it answers again. In the fail-open mode, the
+	// permits this process granted open and still remembers, which the
+	// primary does not count. Nil in the fail-closed mode.
 	Local *SlotInspection
 }
 

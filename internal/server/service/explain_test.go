@@ -22,14 +22,18 @@ func ms(n int64) *int64 { return &n }
 // newFallbackService returns a service of rules as serve runs it: on a
 // fresh redis-server (returned, to stop) behind a fallback that shares
 // each limit among 2 instances and takes over at the first failure.
-func newFallbackService(t *testing.T, rules string) (*service.Service, *redistest.Server) {
+func newFallbackService(t *testing.T, rules string, mode ...fallback.Mode) (*service.Service, *redistest.Server) {
 	t.Helper()
+	m := fallback.Local
+	if len(mode) > 0 {
+		m = mode[0]
+	}
 	srv := redistest.Start(t)
 	clock := storetest.NewClock(storetest.Base)
 	rs := redisstore.New(srv.Client(t), &redisstore.Options{Clock: clock})
 	t.Cleanup(func() { rs.Close() })
 	// A budget a loaded machine keeps: Redis up must answer every call.
-	fb := fallback.New(rs, &fallback.Options{Clock: clock, Instances: 2, Threshold: 1, Budget: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	fb := fallback.New(rs, &fallback.Options{Clock: clock, Mode: m, Instances: 2, Threshold: 1, Budget: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { fb.Close() })
 	cfg, err := config.Parse("rules.yaml", []byte(rules))
 	if err != nil {

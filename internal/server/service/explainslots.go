@@ -33,6 +33,11 @@ type ExplainConcurrency struct {
 	// local mode: granted while Redis failed, held until released or
 	// expired. Nil otherwise.
 	Local *ExplainLocalSlots `json:"local,omitempty"`
+	// FailOpen is the permits that this instance granted in the
+	// fail-open mode while Redis failed, which Redis does not count: held
+	// until released or expired, or until an extend moves one onto Redis.
+	// Nil when there are none, and outside the fail-open mode.
+	FailOpen *ExplainOpenSlots `json:"fail_open,omitempty"`
 	// Rates are the rate rules an acquire decides with the slot, all or
 	// nothing, each explained on the key.
 	Rates []Explanation `json:"rates,omitempty"`
@@ -42,6 +47,13 @@ type ExplainConcurrency struct {
 // concurrency rule on a key.
 type ExplainLocalSlots struct {
 	Slots    int64  `json:"slots"`
+	Held     int64  `json:"held"`
+	FreeInMs *int64 `json:"free_in_ms"`
+}
+
+// ExplainOpenSlots is the fail-open permits an instance remembers on a
+// key.
+type ExplainOpenSlots struct {
 	Held     int64  `json:"held"`
 	FreeInMs *int64 `json:"free_in_ms"`
 }
@@ -65,8 +77,11 @@ func (s *Service) explainSlots(ctx context.Context, rule, key string) (Explanati
 	}
 	if fb := in.Fallback; fb != nil {
 		e.Store.Fallback = &ExplainFallback{Mode: fb.Mode, Degraded: fb.Degraded, Share: fmt.Sprintf("1/%d", fb.Instances)}
-		if fb.LocalLimit > 0 {
+		switch {
+		case fb.LocalLimit > 0:
 			c.Local = &ExplainLocalSlots{Slots: fb.LocalLimit, Held: fb.LocalHeld, FreeInMs: freeIn(fb.LocalHeld, fb.LocalFreeAfter)}
+		case fb.Mode == "fail-open" && fb.LocalHeld > 0:
+			c.FailOpen = &ExplainOpenSlots{Held: fb.LocalHeld, FreeInMs: freeIn(fb.LocalHeld, fb.LocalFreeAfter)}
 		}
 	}
 	for _, rr := range r.rates {
@@ -136,6 +151,9 @@ func slotsWhy(e *Explanation) []string {
 	w = append(w, storeSentences(e.Store)...)
 	if l := c.Local; l != nil && l.Held > 0 {
 		w = append(w, fmt.Sprintf("this instance's local store holds %d of its %d slots on the key, granted while Redis failed: they are held until released or expired, whoever answers", l.Held, l.Slots))
+	}
+	if o := c.FailOpen; o != nil {
+		w = append(w, fmt.Sprintf("this instance granted %s on the key while Redis failed (fail open), which Redis does not count: each is held until released or expired, or counted by Redis once an extend finds a free slot there", plural(int(o.Held), "permit", "permits")))
 	}
 	return w
 }

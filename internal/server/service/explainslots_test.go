@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
+	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/server/service"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
@@ -141,5 +142,34 @@ func TestExplainConcurrencyFallback(t *testing.T) {
 		if !strings.Contains(why, s) {
 			t.Errorf("Redis down: why lacks %q:\n%s", s, why)
 		}
+	}
+}
+
+// In the fail-open mode, explain shows the permits this instance granted
+// open while Redis failed, which Redis does not count, and not as a local
+// store's share: the mode has none.
+func TestExplainConcurrencyFailOpen(t *testing.T) {
+	ctx := context.Background()
+	svc, srv := newFallbackService(t, slotRules, fallback.FailOpen)
+	srv.Stop()
+	for range 3 {
+		if d, err := svc.Acquire(ctx, "llm", "k"); err != nil || !d.Result.Allowed || d.Result.Source != floodgate.SourceFailOpen {
+			t.Fatal(d, err)
+		}
+	}
+	e, err := svc.Explain(ctx, "llm", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Concurrency
+	if c.Local != nil || c.FailOpen == nil || c.FailOpen.Held != 3 || c.FailOpen.FreeInMs == nil || !e.Store.Fallback.Degraded {
+		t.Fatalf("Redis down, fail open: %+v, local %+v, fail open %+v, store %+v", c, c.Local, c.FailOpen, e.Store)
+	}
+	why := strings.Join(e.Why, "\n")
+	if !strings.Contains(why, "this instance granted 3 permits on the key while Redis failed (fail open), which Redis does not count") {
+		t.Errorf("why lacks the fail-open permits:\n%s", why)
+	}
+	if strings.Contains(why, "local store") {
+		t.Errorf("why names a local store, which fail open has not:\n%s", why)
 	}
 }
