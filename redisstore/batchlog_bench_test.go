@@ -16,7 +16,9 @@ import (
 // deciding on 10,000 keys through the batcher: a lone bucket (the fast
 // path), a bucket and a fixed window (decide.lua, no sliding log) and a
 // sliding log of MaxLogQuota, whose script calls carry only as much log
-// work as the batcher's budget allows. decisions/call is the mean batch,
+// work as the batcher's budget allows; and a lone bucket on one hot key,
+// whose batches name that key once per request (bucket-hot).
+// decisions/call is the mean batch,
 // and redis-us/decision the Redis server's own time in script calls per
 // decision (INFO commandstats).
 //
@@ -31,10 +33,12 @@ func BenchmarkBatchDecide(b *testing.B) {
 	for _, c := range []struct {
 		name   string
 		limits []floodgate.Limit
+		nkeys  int // of keys, the first nkeys
 	}{
-		{"bucket", []floodgate.Limit{floodgate.TokenBucket(1_000_000, time.Second, 1_000_000_000)}},
-		{"bucket+window", []floodgate.Limit{floodgate.TokenBucket(1_000_000, time.Second, 1_000_000_000), floodgate.FixedWindow(1_000_000_000, time.Hour)}},
-		{"log", []floodgate.Limit{floodgate.SlidingLog(floodgate.MaxLogQuota, time.Millisecond)}},
+		{"bucket", []floodgate.Limit{floodgate.TokenBucket(1_000_000, time.Second, 1_000_000_000)}, nkeys},
+		{"bucket+window", []floodgate.Limit{floodgate.TokenBucket(1_000_000, time.Second, 1_000_000_000), floodgate.FixedWindow(1_000_000_000, time.Hour)}, nkeys},
+		{"log", []floodgate.Limit{floodgate.SlidingLog(floodgate.MaxLogQuota, time.Millisecond)}, nkeys},
+		{"bucket-hot", []floodgate.Limit{floodgate.TokenBucket(1_000_000, time.Second, 1_000_000_000)}, 1},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			client := srv.Client(b)
@@ -51,7 +55,7 @@ func BenchmarkBatchDecide(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(started.Add(1)-1) * 997
 				for pb.Next() {
-					if _, err := lim.Allow(ctx, keys[i%nkeys]); err != nil {
+					if _, err := lim.Allow(ctx, keys[i%c.nkeys]); err != nil {
 						b.Errorf("Allow: %v", err)
 						return
 					}
