@@ -726,6 +726,43 @@ end
 -- far more than looking up the interned mark. A script's chunk, run at every call, starts with none.
 local groupSizes = {}
 
+-- KEY_MAP is the first byte of the argument that maps a batch's requests
+-- to their keys when the call declares each distinct key once (see
+-- distinctKeys in fastpath.go).
+local KEY_MAP = {{KEY_MAP}}
+
+-- mappedKeys holds a mapped batch's keys as bucketBatch reads them, one
+-- state key per request then one override key per request, filled from
+-- the start by each call; mappedN is how far the last call filled it.
+local mappedKeys, mappedN = {}, 0
+
+-- expandKeys returns the keys of a batch whose last argument, map, maps
+-- its requests to their keys: KEY_MAP, the number of requests, then per
+-- run of consecutive requests on one key its place among the distinct
+-- state keys (from 1) and the run's length, each 2 big-endian bytes; the
+-- distinct state keys are the first half of keys and their override keys
+-- the second. It returns them as bucketBatch reads every batch's, one
+-- state key per request then the override keys in the same order, and
+-- the number of requests. A run costs a call of byte, a request two
+-- stores: a hot key's batch is one run.
+local function expandKeys(keys, map)
+  local d, t = floor(#keys / 2), mappedKeys
+  local h, l = byte(map, 2, 3)
+  local n, i = h * 256 + l, 0
+  for p = 4, #map, 4 do
+    local jh, jl, ch, cl = byte(map, p, p + 3)
+    local j = jh * 256 + jl
+    local key, okey = keys[j], keys[d + j]
+    for _ = 1, ch * 256 + cl do
+      i = i + 1
+      t[i], t[n + i] = key, okey
+    end
+  end
+  for k = 2 * n + 1, mappedN do t[k] = nil end
+  mappedN = 2 * n
+  return t, n
+end
+
 -- records holds a batch's records until they are joined into its reply:
 -- one table for every call (in a script's chunk, which runs at every
 -- call, one per call), which a call fills from the start, so that what an
@@ -735,7 +772,9 @@ local records = {}
 
 -- bucketBatch decides, in order, one request per key of the first half of
 -- keys (KEYS), each on the bucket or fixed window whose state is that key,
--- and whose override key is at the same place in the second half, with
+-- and whose override key is at the same place in the second half (or,
+-- when the last argument is a key map, one request per entry of the map,
+-- on the key it names: see expandKeys), with
 -- its argument in argv (ARGV, as decideFastKey's), or a group of requests: an argument "g<count>"
 -- before the count requests' own, decided in order, one after the other,
 -- as decide.lua decides a group that is not all or nothing; "G<count>", or
@@ -758,11 +797,17 @@ local function bucketBatch(keys, argv, read)
   if not read then callNow = false end
   local out, serverTime = records, callTime
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
-  local n = floor(#keys / 2) -- the requests; keys[n + k] is keys[k]'s override key
+  local na, n = #argv, nil
+  if na > 0 and byte(argv[na]) == KEY_MAP then
+    keys, n = expandKeys(keys, argv[na])
+    na = na - 1
+  else
+    n = floor(#keys / 2) -- the requests; keys[n + k] is keys[k]'s override key
+  end
   -- The requests on keys of their own come first (see lonesFirst in
   -- fastpath.go), and one MGET reads their states: each call from Lua has
   -- a fixed cost besides the command's own work.
-  local lone, na, pre = 0, #argv, false
+  local lone, pre = 0, false
   while lone < na do
     local size = #argv[lone + 1]
     if size ~= BUCKET_ARG and size ~= WINDOW_ARG then break end

@@ -10,7 +10,9 @@
 -- The arguments hold one part per slot: a header (struct '>I4I4': the
 -- part's keys and its arguments), a probe key of the slot that floodgate
 -- never writes, the keys (each request's state key, then each request's
--- override key, as bucketBatch takes them), then the arguments.
+-- override key, as bucketBatch takes them, or each distinct key once when
+-- the last argument is a key map: see expandKeys), then the arguments.
+-- Either way the lone requests come first, on the first keys.
 --
 -- Before it decides a slot's requests, it reads the probe key, under
 -- pcall, in the same command as the first read of the lone requests'

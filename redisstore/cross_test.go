@@ -484,3 +484,41 @@ func TestCrossSlotDeclaredKeys(t *testing.T) {
 		t.Errorf("%d slots refused on a stable Cluster", n)
 	}
 }
+
+// A cross-slot call whose slots' parts repeat keys (hot keys, whose parts
+// declare each distinct key once and map their requests to them) decides
+// each request in order on its key, with only the keys it passes named
+// (the key checker), in one script call.
+func TestCrossSlotHotKeys(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "xh:", Clock: storetest.NewClock(storetest.Base)})
+	st.CheckDeclaredKeys()
+	pol, err := st.Prepare([]core.Spec{bucketAndWindow(t)[0]}) // a quota of 3 an hour
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := st.Partition("h0")
+	var keys, batch []string
+	for j := 0; len(keys) < 8; j++ {
+		if k := "h" + strconv.Itoa(j); st.Partition(k) == master {
+			keys = append(keys, k)
+			batch = append(batch, k, k, k, k)
+		}
+	}
+	before := st.Stats().ScriptCalls
+	ds, errs := st.TakePipeline(ctx, pol, batch, 1)
+	if calls := st.Stats().ScriptCalls - before; calls != 1 {
+		t.Errorf("%d script calls, want 1", calls)
+	}
+	for i, k := range batch {
+		want := int64(2 - i%4) // remaining; -1 denied
+		got := ds[i].Remaining
+		if !ds[i].Allowed {
+			got = -1
+		}
+		if errs[i] != nil || got != want {
+			t.Errorf("request %d on %s: remaining %d (allowed %v), error %v; want %d", i, k, ds[i].Remaining, ds[i].Allowed, errs[i], want)
+		}
+	}
+}

@@ -345,13 +345,20 @@ func (bucketsEngine) encode(_ *Store, calls []*call) frame {
 		n += max(len(c.group), 1)
 	}
 	keys := appendKeys(make([]string, 0, 2*n), calls)
-	var shared []bool                                               // for each of keys: whether another request names it too
-	if dup := repeats(keys); dup != nil || len(keys) > len(calls) { // repeats, or a group of several
+	var shared []bool // for each of keys: whether another request names it too
+	keyMap := ""      // the argument that maps requests to their keys' places, if any
+	dup := repeats(keys)
+	if dup != nil || len(keys) > len(calls) { // repeats, or a group of several
 		calls, shared = lonesFirst(calls, dup, n)
 		keys = appendKeys(keys[:0], calls)
 	}
-	keys = appendOverrideKeys(keys, calls)
-	args := make([]any, 0, len(calls)+n)
+	if dup != nil {
+		keys, keyMap = distinctKeys(keys, calls)
+	}
+	if keyMap == "" {
+		keys = appendOverrideKeys(keys, calls)
+	}
+	args := make([]any, 0, len(calls)+n+1)
 	i := 0 // keys[i] is c's first
 	for _, c := range calls {
 		if c.group == nil {
@@ -365,7 +372,69 @@ func (bucketsEngine) encode(_ *Store, calls []*call) frame {
 			i++
 		}
 	}
+	if keyMap != "" {
+		args = append(args, keyMap)
+	}
 	return frame{calls: calls, keys: keys, args: args, n: n}
+}
+
+// distinctKeys returns bucketBatch's keys for requests on keys (one each,
+// in the order of calls, see appendKeys) some of which repeat: each
+// distinct key once, in the order of their first requests, then their
+// override keys in the same order; and the argument, last of the call's,
+// that maps the requests to their keys: keyMapMark, the number of
+// requests, then per run of consecutive requests on one key the key's
+// place among the distinct keys (from 1) and the run's length, each 2
+// big-endian bytes. Redis parses, and checks against ACLs and the
+// Cluster's slots, every key a call declares: a batch of many requests on
+// one hot key declares its two keys once. Lua pays for each run, so when
+// a call would declare fewer key pairs less than it has runs (repeats
+// scattered among many keys), or counts more than 2 bytes hold, it
+// returns keys and "": each request's key and override key, as without
+// repeats.
+func distinctKeys(keys []string, calls []*call) ([]string, string) {
+	n := len(keys)
+	if n > keyMapMax {
+		return keys, ""
+	}
+	place := make(map[string]int, n)
+	distinct := make([]string, 0, n)
+	m := make([]byte, 3, 3+4*n)
+	m[0], m[1], m[2] = keyMapMark, byte(n>>8), byte(n)
+	runs, last, run := 0, 0, 0 // runs so far, the last one's place and length
+	for i, k := range keys {
+		j, ok := place[k]
+		if !ok {
+			distinct = append(distinct, k)
+			j = len(distinct)
+			place[k] = j
+		}
+		if i > 0 && j == last {
+			run++
+			continue
+		}
+		if i > 0 {
+			m = append(m, byte(last>>8), byte(last), byte(run>>8), byte(run))
+		}
+		runs, last, run = runs+1, j, 1
+	}
+	m = append(m, byte(last>>8), byte(last), byte(run>>8), byte(run))
+	if n-len(distinct) < runs {
+		return keys, ""
+	}
+	d := len(distinct)
+	for _, c := range calls {
+		reqs := c.group
+		if reqs == nil {
+			reqs = []*call{c}
+		}
+		for _, r := range reqs {
+			if place[r.keys[0]] == len(distinct)-d+1 { // its key's first request
+				distinct = append(distinct, r.okey)
+			}
+		}
+	}
+	return distinct, string(m)
 }
 
 // groupArgs appends the mark of the group c to bucketBatch's arguments:

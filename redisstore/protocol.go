@@ -63,7 +63,9 @@ import (
 // exception's one use outside the tests: the fast path's batch of every
 // slot of a Cluster master, in parts of one slot each, "'>I4I4' header
 // (the part's keys and arguments), the slot's probe key, the keys, the
-// arguments", each part's keys and arguments bucketBatch's. The probe key
+// arguments", each part's keys and arguments bucketBatch's (a key map
+// included: a part's lone requests, first, still have the first keys as
+// their own). The probe key
 // is "<first key>:probe", which floodgate never writes; the reply is a
 // record per part, CROSS_DECIDED with bucketBatch's reply, or
 // CROSS_REFUSED when the node does not serve the slot stably (nothing of
@@ -131,8 +133,20 @@ import (
 // the override key of each, in the same order.
 // bucketOne (_bucket, scriptSet.bucket) decides KEYS[1], whose override
 // key is KEYS[2], with ARGV[1]; bucketBatch (_buckets, scriptSet.buckets)
-// decides each key of the first half of KEYS in order. Each request is one argument, which says by its length what it
-// decides (fastArgs):
+// decides each key of the first half of KEYS in order. A batch whose
+// requests repeat keys in runs (a hot key's: Redis parses and checks
+// each declared key) may instead declare each distinct state key once,
+// in the order of their first requests, then their override keys in the
+// same order (KEYS[d + j] is still KEYS[j]'s override key), and end ARGV
+// with a key map (distinctKeys, expandKeys): the byte KEY_MAP (keyMapMark,
+// 'k', which starts no other argument), the number of requests, then for
+// each run of consecutive requests on one key, in order, the key's place
+// among the distinct keys (from 1) and the run's length, all 2 big-endian
+// bytes. bucketBatch expands it into the form above before anything else.
+// A batch without repeats, or whose repeats are scattered (fewer key
+// pairs saved than runs), has no map, and its keys and arguments are the
+// ones above. Each request is one argument, which says by its length what
+// it decides (fastArgs):
 //
 //	bucketArgLen (80) 10 big-endian doubles: now (µs, -1 server's TIME),
 //	                  n (0 peeks, > 0 takes, < 0 refunds -n), extra (ms),
@@ -243,6 +257,15 @@ const (
 	groupFlaggedMark = "H"
 )
 
+// keyMapMark is the first byte of the argument that maps a batch's
+// requests to their keys (bucketBatch's last, see distinctKeys): no
+// request's argument starts so (its first double, now, is -1 or an
+// integer below 2^53), nor does a group's mark.
+const keyMapMark = 'k'
+
+// keyMapMax is the most requests a key map counts (2 bytes).
+const keyMapMax = 1<<16 - 1
+
 // maxDebt is core's maxDebt, the most a window's forced count reaches
 // (TestMaxDebtMatchesCore holds it to core's behaviour).
 const maxDebt = 1 << 50
@@ -259,6 +282,7 @@ var luaConstants = func() map[string]string {
 		"GROUP":         "'" + groupMark + "'",
 		"GROUP_ALL":     "'" + groupAllMark + "'",
 		"GROUP_FLAGGED": "'" + groupFlaggedMark + "'",
+		"KEY_MAP":       strconv.Itoa(keyMapMark),
 	}
 	for name, v := range map[string]int64{
 		"MAXSKEW":          int64(core.MaxPeriod / time.Microsecond),

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/floodgate/floodgate/core"
 )
 
 // repeats marks each key that a batch holds more than once, by the
@@ -39,6 +41,73 @@ func TestRepeats(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := repeats(tt.keys); !slices.Equal(got, tt.want) {
 				t.Errorf("repeats(%q) = %v, want %v", tt.keys, got, tt.want)
+			}
+		})
+	}
+}
+
+// bucketsEngine.encode declares each distinct key of a batch once when
+// enough of its requests repeat keys, and maps the requests to them with
+// a last argument; a batch without repeats, or with too few, declares
+// each request's key and override key, as ever.
+func TestEncodeDistinctKeys(t *testing.T) {
+	f := newFastArgs(&core.Spec{Kind: core.Bucket, Quota: 10, Rate: 10, Period: 1_000_000, TQ: 100_000}, 0)
+	p := &policy{fast: f}
+	req := func(k string) *call {
+		return &call{p: p, keys: []string{"{" + k + "}:0b"}, okey: "{" + k + "}:o", n: 1, now: -1, op: opTake}
+	}
+	batch := func(keys ...string) []*call {
+		calls := make([]*call, len(keys))
+		for i, k := range keys {
+			calls[i] = req(k)
+		}
+		return calls
+	}
+	many := make([]string, 20)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	for _, tt := range []struct {
+		name    string
+		calls   []*call
+		keys    []string // declared
+		keyMap  []int    // the map's runs, place and length, nil for no map
+		nargs   int      // arguments, the map's included
+		ordered []string // the requests' keys in the order encoded
+	}{
+		{"distinct", batch("a", "b"), []string{"{a}:0b", "{b}:0b", "{a}:o", "{b}:o"}, nil, 2, []string{"a", "b"}},
+		{"one hot key", batch(slices.Repeat([]string{"h"}, 32)...), []string{"{h}:0b", "{h}:o"}, []int{1, 32}, 33, slices.Repeat([]string{"h"}, 32)},
+		{"lone first", batch("h", "a", "h", "b", "h", "h"), []string{"{a}:0b", "{b}:0b", "{h}:0b", "{a}:o", "{b}:o", "{h}:o"}, []int{1, 1, 2, 1, 3, 4}, 7, []string{"a", "b", "h", "h", "h", "h"}},
+		{"too few repeats", batch(append(slices.Clone(many), "m3")...), nil, nil, 21, nil},
+		{"scattered", batch("a", "b", "a", "b", "a", "b"), nil, nil, 6, nil},
+		{"runs", batch("a", "a", "a", "b", "b", "b"), []string{"{a}:0b", "{b}:0b", "{a}:o", "{b}:o"}, []int{1, 3, 2, 3}, 7, []string{"a", "a", "a", "b", "b", "b"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fr := bucketsEngine{}.encode(nil, tt.calls)
+			if len(fr.args) != tt.nargs {
+				t.Fatalf("%d arguments, want %d", len(fr.args), tt.nargs)
+			}
+			if tt.keys != nil && !slices.Equal(fr.keys, tt.keys) {
+				t.Errorf("keys %q, want %q", fr.keys, tt.keys)
+			}
+			last, _ := fr.args[len(fr.args)-1].(string)
+			if tt.keyMap == nil {
+				if len(fr.keys) != 2*fr.n || last != "" && last[0] == keyMapMark {
+					t.Errorf("%d keys for %d requests, last argument %q: want each request's two keys and no map", len(fr.keys), fr.n, last)
+				}
+				return
+			}
+			want := []byte{keyMapMark, byte(fr.n >> 8), byte(fr.n)}
+			for _, j := range tt.keyMap {
+				want = append(want, byte(j>>8), byte(j))
+			}
+			if last != string(want) {
+				t.Errorf("map %q, want %q", last, want)
+			}
+			for i, c := range fr.calls {
+				if c.keys[0] != "{"+tt.ordered[i]+"}:0b" {
+					t.Errorf("request %d on %s, want %s", i, c.keys[0], tt.ordered[i])
+				}
 			}
 		})
 	}
