@@ -689,12 +689,19 @@ func (b *batcher) worker() {
 // callersContext returns a context that ends after timeout, or as soon as
 // every one of calls' callers has stopped waiting.
 func callersContext(calls []*call, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	return untilAbandoned(time.Now().Add(timeout), len(calls), func(i int) context.Context { return calls[i].ctx })
+}
+
+// untilAbandoned returns a context that ends at deadline, or as soon as
+// every one of the n contexts that caller(i) gives has ended: what a
+// batch goes on for while anyone waits for it.
+func untilAbandoned(deadline time.Time, n int, caller func(i int) context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	var left atomic.Int64
-	left.Store(int64(len(calls)))
-	stops := make([]func() bool, len(calls))
-	for i, c := range calls {
-		stops[i] = context.AfterFunc(c.ctx, func() {
+	left.Store(int64(n))
+	stops := make([]func() bool, n)
+	for i := range n {
+		stops[i] = context.AfterFunc(caller(i), func() {
 			if left.Add(-1) == 0 {
 				cancel()
 			}

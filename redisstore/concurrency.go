@@ -232,23 +232,7 @@ func slotCallersContext(calls []*slotCall, timeout time.Duration) (context.Conte
 	if all && latest.Before(deadline) {
 		deadline = latest
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	var left atomic.Int64
-	left.Store(int64(len(calls)))
-	stops := make([]func() bool, len(calls))
-	for i, c := range calls {
-		stops[i] = context.AfterFunc(c.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
+	return untilAbandoned(deadline, len(calls), func(i int) context.Context { return calls[i].ctx })
 }
 
 func (s *Store) slotMaxBatch() int {

@@ -58,19 +58,7 @@ func (p *parser) concurrency(c *Config, n *yaml.Node) {
 			s.Name = name.Value
 			seen[s.Name] = true
 		}
-		if v := f["slots"]; v == nil {
-			p.errorf(sn, path+".slots", "missing: the most requests per key in flight at once")
-		} else if n, ok := p.integer(v, path+".slots"); ok {
-			if n < 1 || n > floodgate.MaxSlots {
-				p.errorf(v, path+".slots", "must be from 1 to %d, got %d", floodgate.MaxSlots, n)
-			}
-			s.Slots = n
-		}
-		if v := f["lease"]; v == nil {
-			p.errorf(sn, path+".lease", "missing: how long a slot is held when its holder neither releases nor extends it")
-		} else if s.Lease = p.duration(v, path+".lease"); s.Lease <= 0 || s.Lease > floodgate.MaxPeriod || s.Lease%time.Microsecond != 0 {
-			p.errorf(v, path+".lease", "must be a positive whole number of microseconds up to %s, got %q", floodgate.MaxPeriod, v.Value)
-		}
+		p.slotsAndLease(&s, sn, f, path, "its holder neither releases nor extends it")
 		if rs := f["rules"]; rs != nil {
 			if rs.Kind != yaml.SequenceNode || len(rs.Content) > floodgate.MaxLimits {
 				p.errorf(rs, path+".rules", "must be a list of at most %d rate rules", floodgate.MaxLimits)
@@ -90,5 +78,24 @@ func (p *parser) concurrency(c *Config, n *yaml.Node) {
 			}
 		}
 		c.Concurrency = append(c.Concurrency, s)
+	}
+}
+
+// slotsAndLease reads the slots and lease fields f of n, a concurrency
+// rule's or a descriptor's, into s; leaseWhy says when a lease ends a
+// permit, in the error for a missing lease.
+func (p *parser) slotsAndLease(s *Slots, n *yaml.Node, f map[string]*yaml.Node, path, leaseWhy string) {
+	if v := f["slots"]; v == nil {
+		p.errorf(n, path+".slots", "missing: the most requests per key in flight at once")
+	} else if i, ok := p.integer(v, path+".slots"); ok {
+		if i < 1 || i > floodgate.MaxSlots {
+			p.errorf(v, path+".slots", "must be from 1 to %d, got %d", floodgate.MaxSlots, i)
+		}
+		s.Slots = i
+	}
+	if v := f["lease"]; v == nil {
+		p.errorf(n, path+".lease", "missing: how long a slot is held when %s", leaseWhy)
+	} else if s.Lease = p.duration(v, path+".lease"); s.Lease <= 0 || s.Lease > floodgate.MaxPeriod || s.Lease%time.Microsecond != 0 {
+		p.errorf(v, path+".lease", "must be a positive whole number of microseconds up to %s, got %q", floodgate.MaxPeriod, v.Value)
 	}
 }

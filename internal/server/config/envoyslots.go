@@ -1,9 +1,6 @@
 package config
 
 import (
-	"time"
-
-	"github.com/floodgate/floodgate"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -35,19 +32,7 @@ const (
 func (p *parser) envoySlots(n *yaml.Node, path string) *Slots {
 	f := p.fields(n, path, "slots", "lease")
 	s := &Slots{Name: path}
-	if v := f["slots"]; v == nil {
-		p.errorf(n, path+".slots", "missing: the most requests per key in flight at once")
-	} else if i, ok := p.integer(v, path+".slots"); ok {
-		if i < 1 || i > floodgate.MaxSlots {
-			p.errorf(v, path+".slots", "must be from 1 to %d, got %d", floodgate.MaxSlots, i)
-		}
-		s.Slots = i
-	}
-	if v := f["lease"]; v == nil {
-		p.errorf(n, path+".lease", "missing: how long a slot is held when no stream-done call releases it")
-	} else if s.Lease = p.duration(v, path+".lease"); s.Lease <= 0 || s.Lease > floodgate.MaxPeriod || s.Lease%time.Microsecond != 0 {
-		p.errorf(v, path+".lease", "must be a positive whole number of microseconds up to %s, got %q", floodgate.MaxPeriod, v.Value)
-	}
+	p.slotsAndLease(s, n, f, path, "no stream-done call releases it")
 	return s
 }
 
