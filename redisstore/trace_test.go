@@ -70,7 +70,13 @@ func TestTraceRedis(t *testing.T) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sampler))
 			defer tp.Shutdown(context.Background())
 			st := newStore(t, srv.Client(t), &redisstore.Options{Prefix: "trace:" + tt.name + ":", DenialCache: true})
-			lim, err := floodgate.NewLimiter(st, []floodgate.Limit{floodgate.TokenBucket(10, time.Second, 100)}, &floodgate.Options{TracerProvider: tp})
+			// Slow enough that no token comes back during the test, however
+			// loaded the machine, so the cached denial stays cached.
+			limits := []floodgate.Limit{floodgate.TokenBucket(10, time.Hour, 100)}
+			// The denial cache answers only once the store hears the lifts;
+			// wait for that on an untraced limiter, whose spans are not counted.
+			waitLive(t, limiter(t, st, limits[0]))
+			lim, err := floodgate.NewLimiter(st, limits, &floodgate.Options{TracerProvider: tp})
 			if err != nil {
 				t.Fatal(err)
 			}
