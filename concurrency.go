@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // ErrInvalidPermit reports a permit id that no store could have issued
@@ -23,7 +25,7 @@ const (
 	// MaxPermitIDLen is the longest permit id a store accepts.
 	MaxPermitIDLen = core.MaxPermitIDLen
 	// PermitIDLen is the length of the permit ids the stores issue.
-	PermitIDLen = core.PermitIDLen
+	PermitIDLen = storekit.PermitIDLen
 )
 
 // Concurrency limits how many requests on a key are in flight at once,
@@ -137,7 +139,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (SlotResult, erro
 	if _, err := rand.Read(r[:]); err != nil {
 		return SlotResult{}, fmt.Errorf("%w: no randomness for a permit id: %w", ErrStore, err)
 	}
-	return c.do(ctx, key, core.SlotOp{Kind: core.Acquire, ID: core.NewPermitID(key, r)})
+	return c.do(ctx, key, core.SlotOp{Kind: core.Acquire, ID: storekit.NewPermitID(key, r)})
 }
 
 // Release gives back p's slot, exactly once: the result is Allowed the
@@ -158,7 +160,7 @@ func (c *Concurrency) Extend(ctx context.Context, p Permit) (SlotResult, error) 
 }
 
 func (c *Concurrency) do(ctx context.Context, key string, op core.SlotOp) (SlotResult, error) {
-	if err := core.CheckSlotOp(key, op); err != nil {
+	if err := storekit.CheckSlotOp(key, op); err != nil {
 		return SlotResult{}, err
 	}
 	v, src, err := c.policy.Slot(ctx, key, op)
@@ -271,7 +273,7 @@ func (c *Concurrency) Inspect(ctx context.Context, key string) (SlotInspection, 
 	if !ok {
 		return SlotInspection{}, fmt.Errorf("floodgate: the store cannot inspect a key's slots: %w", errors.ErrUnsupported)
 	}
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return SlotInspection{}, err
 	}
 	in, err := si.InspectSlots(ctx, key)

@@ -1,6 +1,9 @@
 package floodgate
 
-import "github.com/floodgate/floodgate/core"
+import (
+	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
+)
 
 // The sentinel errors. Functions wrap them with %w and a message that says
 // what was wrong, so test them with errors.Is. A denied request is never an
@@ -43,4 +46,4 @@ var (
 // store, was wrong: an invalid key, cost or limit, or a wrong number of
 // limits. Such an error is the caller's to fix (an HTTP 400, a gRPC
 // InvalidArgument); retrying, or answering from a fallback, would not help.
-func IsInvalidInput(err error) bool { return core.IsInvalidInput(err) }
+func IsInvalidInput(err error) bool { return storekit.IsInvalidInput(err) }

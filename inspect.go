@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // Inspection is what Limiter.Inspect reports of a key: its state under
@@ -119,7 +121,7 @@ func (l *Limiter) Inspect(ctx context.Context, key string) (Inspection, error) {
 // a cost of 0 under the shard's lock, and changes nothing, not even the
 // key's place in the eviction order.
 func (p *memPolicy) Inspect(ctx context.Context, key string) (core.Inspection, error) {
-	if err := core.CheckRequest(key, 0); err != nil {
+	if err := storekit.CheckRequest(key, 0); err != nil {
 		return core.Inspection{}, err
 	}
 	s := p.s

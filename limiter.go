@@ -9,7 +9,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate/floodgate/core"
+
 	"github.com/floodgate/floodgate/internal/lib/slicepool"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // Limiter applies a fixed set of limits to keys, over a Store.
@@ -114,7 +116,7 @@ func NewLimiter(store Store, limits []Limit, opts *Options) (*Limiter, error) {
 // compile validates limits and returns their compiled forms.
 func compile(limits []Limit) ([]core.Spec, error) {
 	if len(limits) == 0 || len(limits) > MaxLimits {
-		return nil, core.CheckSpecs(make([]core.Spec, len(limits))) // says how many are allowed
+		return nil, storekit.CheckSpecs(make([]core.Spec, len(limits))) // says how many are allowed
 	}
 	specs := make([]core.Spec, len(limits))
 	for i, l := range limits {
@@ -126,7 +128,7 @@ func compile(limits []Limit) ([]core.Spec, error) {
 		}
 		specs[i] = l.spec
 	}
-	if err := core.CheckSpecs(specs); err != nil {
+	if err := storekit.CheckSpecs(specs); err != nil {
 		return nil, err
 	}
 	return specs, nil
@@ -211,10 +213,10 @@ const MaxSettleQuotas = 16
 // of debt; more is not charged. The Result reports the state after.
 // charged and cost must not be negative (ErrInvalidCost).
 func (l *Limiter) Settle(ctx context.Context, key string, charged, cost int64) (Result, error) {
-	if err := core.CheckCost(charged); err != nil {
+	if err := storekit.CheckCost(charged); err != nil {
 		return Result{}, err
 	}
-	if err := core.CheckCost(cost); err != nil {
+	if err := storekit.CheckCost(cost); err != nil {
 		return Result{}, err
 	}
 	switch {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // MemoryOptions configures NewMemoryStore. The zero value (or nil) gives the
@@ -130,7 +132,7 @@ func NewMemoryStore(opts *MemoryOptions) *MemoryStore {
 
 // Prepare implements Store.
 func (s *MemoryStore) Prepare(limits []core.Spec) (core.Policy, error) {
-	if err := core.CheckSpecs(limits); err != nil {
+	if err := storekit.CheckSpecs(limits); err != nil {
 		return nil, err
 	}
 	if s.closed.Load() {
@@ -190,7 +192,7 @@ func (p *memPolicy) decide(ctx context.Context, key string, n int64, o op) (core
 	// The checks are spelled out inline for the hot path; the core's
 	// checks run only to say what is wrong.
 	if key == "" || len(key) > MaxKeyLen || n < 0 {
-		return core.Verdict{}, 0, core.CheckRequest(key, n)
+		return core.Verdict{}, 0, storekit.CheckRequest(key, n)
 	}
 	s := p.s
 	if s.closed.Load() {
@@ -375,7 +377,7 @@ func (p *memPolicy) decideStates(sts []core.State, now, n int64, o op) (v core.V
 // that a request denied, by refunding the others, before it unlocks. Each
 // request's Policy must be one that s prepared.
 func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
-	if err := core.CheckGroup(reqs); err != nil {
+	if err := storekit.CheckGroup(reqs); err != nil {
 		return err
 	}
 	if s.closed.Load() {
@@ -456,7 +458,7 @@ func (p *memPolicy) Refund(ctx context.Context, key string, n int64) (core.Decis
 
 // Reset implements Policy: it forgets key.
 func (p *memPolicy) Reset(ctx context.Context, key string) error {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return err
 	}
 	s := p.s

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+
 	"github.com/floodgate/floodgate/internal/lib/arith"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // This file is the memory store's per-key overrides. An override lives in
@@ -44,7 +46,7 @@ var _ core.Policy = (*memPolicy)(nil)
 
 // SetOverride implements core.Policy.
 func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
-	if err := core.CheckOverride(key, o, st); err != nil {
+	if err := storekit.CheckOverride(key, o, st); err != nil {
 		return err
 	}
 	s := p.s
@@ -186,7 +188,7 @@ func (s *MemoryStore) carryLocked(sh *memShard, h uint64, key string, from, to [
 
 // GetOverride implements core.Policy.
 func (p *memPolicy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return core.Override{}, false, err
 	}
 	s := p.s
@@ -264,7 +266,7 @@ func sameShape(from, to *core.Spec) bool {
 // the store, so a Limiter built again on the same store with other limits
 // finds the old ones.
 func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
-	if err := core.CheckRebase(scope, st); err != nil {
+	if err := storekit.CheckRebase(scope, st); err != nil {
 		return 0, err
 	}
 	s := p.s

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // memSlots keeps the permits of the memory store's concurrency limits:
@@ -54,7 +56,7 @@ func (s *MemoryStore) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) 
 
 // Slot implements core.SlotPolicy.
 func (p *memSlotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
-	if err := core.CheckSlotOp(key, op); err != nil {
+	if err := storekit.CheckSlotOp(key, op); err != nil {
 		return core.SlotVerdict{}, 0, err
 	}
 	if p.s.closed.Load() {
@@ -138,7 +140,7 @@ var _ core.SlotInspector = (*memSlotPolicy)(nil)
 // InspectSlots implements core.SlotInspector: it reads the key's permits
 // under its shard's lock, and drops nothing.
 func (p *memSlotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return core.SlotInspection{}, err
 	}
 	if p.s.closed.Load() {

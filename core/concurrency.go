@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
 )
@@ -34,17 +33,16 @@ const (
 	// per live permit (in Redis, a sorted set member each), so N bounds
 	// the work of one operation and the memory of one key.
 	MaxSlots = 10000
-	// MaxPermitIDLen is the longest permit id that a store accepts; the
-	// ids that NewPermitID makes are PermitIDLen bytes.
+	// MaxPermitIDLen is the longest permit id that a store accepts (the
+	// ids that floodgate.Concurrency makes are floodgate.PermitIDLen
+	// bytes), so the most a store keeps of one: SlotSpec.Step rejects a
+	// longer one.
 	MaxPermitIDLen = 64
-	// PermitIDLen is the length of the ids NewPermitID makes: 32 hex
-	// digits of randomness, '-', and 8 hex digits tagging the key.
-	PermitIDLen = 32 + 1 + 8
 )
 
 // ErrInvalidPermit reports a permit id that no store could have issued
 // for the key: empty, too long, malformed, or issued for another key.
-// IsInvalidInput is true of it. A well-formed permit that is not (or no
+// floodgate.IsInvalidInput is true of it. A well-formed permit that is not (or no
 // longer) held is not an error: Release and Extend report it as not held.
 var ErrInvalidPermit = errors.New("floodgate: invalid permit")
 
@@ -187,9 +185,9 @@ type SlotVerdict struct {
 //     expiry (a clock that steps back never shortens a lease); not OK if
 //     not held.
 //
-// Errors wrap ErrInvalidPermit (an id that CheckPermitID rejects, before
-// the key is known, or a duplicate acquire) or ErrInvalidLimit (an
-// unknown op kind).
+// Errors wrap ErrInvalidPermit (an empty id, or one longer than
+// MaxPermitIDLen, rejected before the key is looked at; or a duplicate
+// acquire) or ErrInvalidLimit (an unknown op kind).
 func (s SlotSpec) Step(st SlotState, now int64, op SlotOp) (SlotState, SlotVerdict, error) {
 	if err := checkIDShape(op.ID); err != nil {
 		return st, SlotVerdict{}, err
@@ -251,55 +249,6 @@ func (st SlotState) Hold(now int64) int64 {
 	return h
 }
 
-// NewPermitID returns a permit id for key from 16 random bytes: 32 hex
-// digits, '-', and a tag of 8 hex digits that a hash of key gives, so that
-// a permit released or extended on another key is recognised as a
-// mistake (CheckPermitID) rather than reported as not held. The tag is no
-// secret: the random part is what makes a permit unguessable.
-func NewPermitID(key string, random [16]byte) string {
-	const hexd = "0123456789abcdef"
-	b := make([]byte, 0, PermitIDLen)
-	for _, c := range random {
-		b = append(b, hexd[c>>4], hexd[c&15])
-	}
-	b = append(b, '-')
-	t := keyTag(key)
-	for i := 28; i >= 0; i -= 4 {
-		b = append(b, hexd[(t>>i)&15])
-	}
-	return string(b)
-}
-
-func keyTag(key string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	return h.Sum32()
-}
-
-// CheckPermitID returns nil when id could be a permit that NewPermitID
-// made for key, and otherwise an error wrapping ErrInvalidPermit that
-// says why: empty, longer than MaxPermitIDLen, not of the form, or
-// tagged for another key.
-func CheckPermitID(key, id string) error {
-	if err := checkIDShape(id); err != nil {
-		return err
-	}
-	if len(id) != PermitIDLen || id[32] != '-' {
-		return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", ErrInvalidPermit, id)
-	}
-	for i := 0; i < PermitIDLen; i++ {
-		c := id[i]
-		if i != 32 && !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", ErrInvalidPermit, id)
-		}
-	}
-	want := NewPermitID(key, [16]byte{})[33:]
-	if id[33:] != want {
-		return fmt.Errorf("%w: permit %q was issued for another key", ErrInvalidPermit, id)
-	}
-	return nil
-}
-
 // checkIDShape bounds an id before anything stores or compares it.
 func checkIDShape(id string) error {
 	switch {
@@ -307,22 +256,6 @@ func checkIDShape(id string) error {
 		return fmt.Errorf("%w: empty permit id", ErrInvalidPermit)
 	case len(id) > MaxPermitIDLen:
 		return fmt.Errorf("%w: permit id is %d bytes, more than the maximum %d", ErrInvalidPermit, len(id), MaxPermitIDLen)
-	}
-	return nil
-}
-
-// CheckSlotOp returns nil for an operation a SlotPolicy can apply on key:
-// CheckKey's error for the key, else CheckPermitID's for the id, else an
-// error wrapping ErrInvalidLimit for an unknown kind.
-func CheckSlotOp(key string, op SlotOp) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if err := CheckPermitID(key, op.ID); err != nil {
-		return err
-	}
-	if op.Kind < Acquire || op.Kind > Extend {
-		return fmt.Errorf("%w: unknown slot operation %d", ErrInvalidLimit, op.Kind)
 	}
 	return nil
 }
@@ -339,9 +272,11 @@ type SlotStore interface {
 // SlotPolicy applies one concurrency limit to keys.
 type SlotPolicy interface {
 	// Slot applies op to key's slots, atomically, at the store's time, as
-	// SlotSpec.Step does, and returns its verdict. Errors: CheckSlotOp's
-	// (wrapping ErrInvalidKey, ErrInvalidPermit or ErrInvalidLimit), the
-	// context's, ErrStore (ErrKey for that key alone), ErrClosed. A denied
+	// SlotSpec.Step does, and returns its verdict. Errors: for bad input,
+	// ErrInvalidKey (a key that Take would refuse), ErrInvalidPermit (an
+	// id that SlotSpec.Step refuses; floodgate.Concurrency checks the
+	// form of the ids it makes before it calls Slot) or ErrInvalidLimit
+	// (an unknown op kind); the context's, ErrStore (ErrKey for that key alone), ErrClosed. A denied
 	// acquire, or a release of a permit not held, is a verdict, not an
 	// error. A store that fails may or may not have applied the op: an
 	// acquire's permit then expires after its lease at the latest.
@@ -356,8 +291,8 @@ type SlotPolicy interface {
 type SlotInspector interface {
 	// InspectSlots reports key's live permits at the store's time,
 	// changing nothing: expired permits are not dropped, a key's TTL is
-	// not touched. Errors: CheckKey's, the context's, ErrStore (ErrKey
-	// for that key alone), ErrClosed.
+	// not touched. Errors: ErrInvalidKey (a key that Take would refuse),
+	// the context's, ErrStore (ErrKey for that key alone), ErrClosed.
 	InspectSlots(ctx context.Context, key string) (SlotInspection, error)
 }
 

@@ -17,8 +17,11 @@
 //     on one key are stepped first and committed only if all allow.
 //   - Decide combines the limits' Verdicts into the Decision that a
 //     Policy returns.
-//   - CheckSpecs, CheckKey and CheckCost return the errors a Store must
-//     return for bad input; IsInvalidInput tells them from store failures.
+//   - The sentinel errors (ErrInvalidKey, ErrInvalidCost, ErrNoLimits,
+//     ErrInvalidLimit, ErrInvalidPermit) are what a Store returns, wrapped
+//     with %w, for bad input; Store, Policy and the bounds (MaxKeyLen,
+//     MaxLimits, MaxLogQuota, ...) say what input is bad. A Store checks
+//     its own input: floodgate's stores share their checks internally.
 //
 // # Writing a Store
 //
@@ -28,7 +31,10 @@
 //	type Store struct{ ... }
 //
 //	func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
-//		if err := core.CheckSpecs(limits); err != nil {
+//		// 1 to core.MaxLimits limits (else core.ErrNoLimits), each
+//		// valid (Spec.Validate), and sliding logs that admit at most
+//		// core.MaxLogQuota units together (else core.ErrInvalidLimit).
+//		if err := checkLimits(limits); err != nil {
 //			return nil, err
 //		}
 //		// Work out here, once, whatever every decision would repeat.
@@ -36,11 +42,11 @@
 //	}
 //
 //	func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-//		if err := core.CheckKey(key); err != nil {
-//			return core.Decision{}, err
+//		if key == "" || len(key) > core.MaxKeyLen {
+//			return core.Decision{}, fmt.Errorf("%w: %d bytes", core.ErrInvalidKey, len(key))
 //		}
-//		if err := core.CheckCost(n); err != nil {
-//			return core.Decision{}, err
+//		if n < 0 {
+//			return core.Decision{}, fmt.Errorf("%w: %d", core.ErrInvalidCost, n)
 //		}
 //		// Atomically, for this key (a lock, a transaction, a script):
 //		//   load one core.State per limit (a missing key is the zero State;

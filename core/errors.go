@@ -2,7 +2,6 @@ package core
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/floodgate/floodgate/internal/lib/arith"
 )
@@ -54,16 +53,6 @@ func (keyError) Error() string { return "floodgate: key failed" }
 // Is makes errors.Is(ErrKey, ErrStore) true.
 func (keyError) Is(target error) bool { return target == ErrStore }
 
-// IsInvalidInput reports whether err says that the request, not the
-// store, was wrong: an invalid key, cost, limit or permit, or a wrong number of
-// limits. Such an error is the caller's to fix; retrying, or answering
-// from a fallback, would not help.
-func IsInvalidInput(err error) bool {
-	return errors.Is(err, ErrInvalidKey) || errors.Is(err, ErrInvalidCost) ||
-		errors.Is(err, ErrInvalidLimit) || errors.Is(err, ErrNoLimits) ||
-		errors.Is(err, ErrInvalidPermit)
-}
-
 // The bounds on a request.
 const (
 	// MaxKeyLen is the longest key, in bytes.
@@ -72,77 +61,6 @@ const (
 	// once.
 	MaxLimits = 8
 )
-
-// CheckKey returns nil for a usable key, or an error wrapping
-// ErrInvalidKey: the key is empty or longer than MaxKeyLen bytes. Any
-// bytes are allowed.
-func CheckKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: key is %d bytes, more than the maximum %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
-}
-
-// CheckCost returns nil for a cost of 0 or more, or an error wrapping
-// ErrInvalidCost.
-func CheckCost(n int64) error {
-	if n < 0 {
-		return fmt.Errorf("%w: cost must not be negative, got %d", ErrInvalidCost, n)
-	}
-	return nil
-}
-
-// CheckRequest returns nil for a request that a Policy's Take can
-// decide: CheckKey's error for its key, else CheckCost's for its cost.
-func CheckRequest(key string, n int64) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	return CheckCost(n)
-}
-
-// CheckSpecs returns nil when specs can be prepared: 1 to MaxLimits specs,
-// each valid (see Spec.Validate), whose sliding logs admit at most
-// MaxLogQuota units together. Every Store's Prepare calls it first.
-func CheckSpecs(specs []Spec) error {
-	switch {
-	case len(specs) == 0:
-		return fmt.Errorf("%w: no limits given", ErrNoLimits)
-	case len(specs) > MaxLimits:
-		return fmt.Errorf("%w: %d limits given, at most %d are allowed", ErrNoLimits, len(specs), MaxLimits)
-	}
-	for i := range specs {
-		if err := specs[i].Validate(); err != nil {
-			if len(specs) > 1 {
-				return fmt.Errorf("limit %d: %w", i, err)
-			}
-			return err
-		}
-	}
-	return checkLogQuotas(specs)
-}
-
-// checkLogQuotas returns nil when the sliding logs among specs admit at
-// most MaxLogQuota units together, and otherwise an error wrapping
-// ErrInvalidLimit: one request checks every limit of a set, so the
-// bound on one request's work is on their sum.
-func checkLogQuotas(specs []Spec) error {
-	var sum int64
-	for i := range specs {
-		if specs[i].Kind == Log {
-			sum += specs[i].Quota
-		}
-	}
-	if sum > MaxLogQuota {
-		return fmt.Errorf("%w: the sliding-log limits of one set add up to %d, more than the maximum %d: "+
-			"a sliding log records every unit it admits; use sliding-window (the sliding window counter) for larger limits",
-			ErrInvalidLimit, sum, MaxLogQuota)
-	}
-	return nil
-}
 
 // Never is the RetryAfter of a request that can never be allowed: its cost
 // is larger than the quota of one of its limits. It is the largest

@@ -26,22 +26,6 @@ type Request struct {
 	Decision Decision
 }
 
-// CheckGroup returns nil when every request of reqs has a valid key and
-// cost, and otherwise the first one's error (CheckRequest's), saying which
-// request it is. Store.TakeGroup calls it first. An empty group is valid: there
-// is nothing to decide.
-func CheckGroup(reqs []Request) error {
-	for i := range reqs {
-		if err := CheckRequest(reqs[i].Key, reqs[i].N); err != nil {
-			if len(reqs) > 1 {
-				return fmt.Errorf("request %d: %w", i, err)
-			}
-			return err
-		}
-	}
-	return nil
-}
-
 // ForeignPolicy returns the error Store.TakeGroup gives for a request whose
 // Policy another Store prepared: it wraps ErrInvalidLimit.
 func ForeignPolicy(i int, p Policy) error {

@@ -98,8 +98,8 @@ const MaxOverrideTTL = time.Duration(1<<63-1) / time.Millisecond * time.Millisec
 // store decides the key against Limits instead of its own (see
 // Policy.SetOverride).
 type Override struct {
-	// Limits are the key's limits, 1 to MaxLimits, as CheckSpecs accepts
-	// them; calendar windows are not allowed.
+	// Limits are the key's limits, as Store.Prepare accepts them;
+	// calendar windows are not allowed.
 	Limits []Spec
 	// TTL is how long the override lasts from when it is set, in whole
 	// milliseconds; 0 for ever. GetOverride reports the time left. When an
@@ -107,48 +107,6 @@ type Override struct {
 	// as it stands (the Additive strategy for limits that differ only in
 	// quota); delete an override to choose.
 	TTL time.Duration
-}
-
-// CheckOverride returns nil when key and o can be set, and otherwise an
-// error wrapping ErrInvalidKey or ErrInvalidLimit (or ErrNoLimits) that
-// says what is wrong.
-func CheckOverride(key string, o *Override, st Strategy) error {
-	if err := CheckKey(key); err != nil {
-		return err
-	}
-	if st > ResetUsage {
-		return fmt.Errorf("%w: unknown strategy %d", ErrInvalidLimit, st)
-	}
-	if o == nil {
-		return nil
-	}
-	if err := CheckSpecs(o.Limits); err != nil {
-		return err
-	}
-	for i := range o.Limits {
-		if o.Limits[i].Calendar != 0 {
-			return fmt.Errorf("%w: an override cannot be a calendar window (limit %d); use a fixed window of 24h, 168h or 720h", ErrInvalidLimit, i)
-		}
-	}
-	switch {
-	case o.TTL < 0:
-		return fmt.Errorf("%w: override TTL must not be negative, got %s", ErrInvalidLimit, o.TTL)
-	case o.TTL%time.Millisecond != 0:
-		return fmt.Errorf("%w: override TTL must be whole milliseconds, got %s", ErrInvalidLimit, o.TTL)
-	}
-	return nil
-}
-
-// CheckRebase returns nil when scope and st can be rebased, and otherwise
-// an error wrapping ErrInvalidKey or ErrInvalidLimit.
-func CheckRebase(scope string, st Strategy) error {
-	if err := CheckKey(scope); err != nil {
-		return err
-	}
-	if st > ResetUsage {
-		return fmt.Errorf("%w: unknown strategy %d", ErrInvalidLimit, st)
-	}
-	return nil
 }
 
 // Rebasable reports whether Rebase carries keys from the limits from to

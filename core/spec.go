@@ -204,9 +204,9 @@ func checkPeriod(what string, p time.Duration) (int64, error) {
 }
 
 // Validate returns nil when s is a Spec that the constructors could have
-// returned, and an error wrapping ErrInvalidLimit otherwise. Prepare
-// calls it (through CheckSpecs), so that a Spec built by hand cannot make
-// Step divide by zero or leave the exact range.
+// returned, and an error wrapping ErrInvalidLimit otherwise. Store.Prepare
+// calls it on every Spec, so that a Spec built by hand cannot make Step
+// divide by zero or leave the exact range.
 func (s *Spec) Validate() error {
 	var want Spec
 	var err error

@@ -74,30 +74,10 @@ func TestValidate(t *testing.T) {
 }
 
 // A sliding log records every unit it admits, so its limit bounds one
-// request's work: each log, and the logs of one set together, admit at
-// most MaxLogQuota, and the error names the way out.
+// request's work: each log admits at most MaxLogQuota, and the error names
+// the way out. (storekit's TestLogQuotas holds the logs of one set to it
+// together.)
 func TestLogQuota(t *testing.T) {
-	log := func(q int64) Spec {
-		s, _ := NewWindow(Log, "sliding-log", q, time.Hour)
-		return s
-	}
-	counter := must(NewWindow(Sliding, "sliding-window", 5_000_000, 24*time.Hour))
-	for _, tt := range []struct {
-		name  string
-		specs []Spec
-		ok    bool
-	}{
-		{"at the maximum", []Spec{log(MaxLogQuota)}, true},
-		{"two that fit", []Spec{log(MaxLogQuota - 50), log(50), counter}, true},
-		{"two over the maximum together", []Spec{log(MaxLogQuota), log(1)}, false},
-		{"eight small ones over it", []Spec{log(40), log(40), log(40), log(40), log(40), log(40), log(40)}, false},
-		{"counters are not logs", []Spec{counter, counter}, true},
-	} {
-		err := CheckSpecs(tt.specs)
-		if (err == nil) != tt.ok || (err != nil && (!errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), "sliding-window"))) {
-			t.Errorf("%s: CheckSpecs = %v, want ok=%v", tt.name, err, tt.ok)
-		}
-	}
 	for _, q := range []int64{MaxLogQuota + 1, 1_000_000, 100_000_000} {
 		_, err := NewWindow(Log, "sliding-log", q, 24*time.Hour)
 		want := fmt.Sprintf("sliding-log limit must be at most %d, got %d", MaxLogQuota, q)

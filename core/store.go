@@ -14,9 +14,11 @@ import "context"
 //
 // A Store and its Policies are safe for concurrent use.
 type Store interface {
-	// Prepare validates limits (with CheckSpecs) and returns the Policy
-	// that decides requests against all of them as one. It does no I/O.
-	// Its errors wrap ErrInvalidLimit, ErrNoLimits or ErrClosed.
+	// Prepare validates limits and returns the Policy that decides
+	// requests against all of them as one. It does no I/O. Its errors
+	// wrap ErrNoLimits (no limits, or more than MaxLimits),
+	// ErrInvalidLimit (a Spec whose Validate fails, or sliding logs whose
+	// Quotas add up to more than MaxLogQuota) or ErrClosed.
 	Prepare(limits []Spec) (Policy, error)
 	// TakeGroup decides reqs in order, each as its Policy's Take (or
 	// Charge, when Force) would, and sets each one's Decision. Concurrent
@@ -89,8 +91,11 @@ type Policy interface {
 	// SetOverride gives key the override o, or, when o is nil, deletes
 	// key's override, so that it goes back to the Policy's limits. The
 	// key's usage goes from its old limits (its override, or the Policy's)
-	// to the new ones as st says. Errors wrap those of CheckOverride, or
-	// ErrStore; a failed call changes nothing.
+	// to the new ones as st says. Errors wrap ErrInvalidKey (a key that
+	// Take would refuse), ErrInvalidLimit (an unknown st; an o whose
+	// Limits Prepare would refuse, with ErrNoLimits for their number, or
+	// that has a calendar window; a TTL that is negative or not whole
+	// milliseconds) or ErrStore; a failed call changes nothing.
 	SetOverride(ctx context.Context, key string, o *Override, st Strategy) error
 	// GetOverride returns key's override and true, or false when it has
 	// none (or it expired).

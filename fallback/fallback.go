@@ -40,6 +40,7 @@ import (
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"github.com/floodgate/floodgate/internal/lib/slicepool"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // Options configures a Store. The zero value (or nil) gives the defaults.
@@ -203,7 +204,7 @@ func New(primary floodgate.Store, opts *Options) *Store {
 // Prepare implements floodgate.Store: it prepares limits on the primary
 // and, for the Local mode, their local shares on the local store.
 func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
-	if err := core.CheckSpecs(limits); err != nil {
+	if err := storekit.CheckSpecs(limits); err != nil {
 		return nil, err
 	}
 	if s.closed.Load() {

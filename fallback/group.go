@@ -5,6 +5,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // TakeGroup implements core.Store.TakeGroup. When every request's key is
@@ -17,7 +18,7 @@ import (
 // partitions is decided by core.TakeEach. Each
 // request's Policy must be one that s prepared.
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
-	if err := core.CheckGroup(reqs); err != nil {
+	if err := storekit.CheckGroup(reqs); err != nil {
 		return err
 	}
 	if s.closed.Load() {

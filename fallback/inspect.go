@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // This file is core.Inspector for the fallback store: which of the
@@ -24,7 +25,7 @@ var _ core.Inspector = (*policy)(nil)
 // a core.Inspector gives an error wrapping errors.ErrUnsupported while
 // it answers.
 func (p *policy) Inspect(ctx context.Context, key string) (core.Inspection, error) {
-	if err := core.CheckRequest(key, 0); err != nil {
+	if err := storekit.CheckRequest(key, 0); err != nil {
 		return core.Inspection{}, err
 	}
 	s := p.s
@@ -61,7 +62,7 @@ func (p *policy) Inspect(ctx context.Context, key string) (core.Inspection, erro
 			return in, nil
 		case ctx.Err() != nil:
 			return core.Inspection{}, ctx.Err()
-		case core.IsInvalidInput(err), errors.Is(err, floodgate.ErrKey):
+		case storekit.IsInvalidInput(err), errors.Is(err, floodgate.ErrKey):
 			return core.Inspection{}, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // Inspect makes the flaky primary a core.Inspector, failing as its Take
@@ -139,7 +140,7 @@ func TestInspectSlotsFailOpen(t *testing.T) {
 		if st.op != 0 {
 			key := cmp.Or(st.key, "k")
 			if st.op == core.Acquire {
-				ids[st.permit] = core.NewPermitID(key, [16]byte{byte(i + 1)})
+				ids[st.permit] = storekit.NewPermitID(key, [16]byte{byte(i + 1)})
 			}
 			v, src, err := sp.Slot(ctx, key, core.SlotOp{Kind: st.op, ID: ids[st.permit]})
 			if err != nil || !v.OK || src != st.source {

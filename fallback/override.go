@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // This file passes overrides through to the primary, which keeps them
@@ -21,7 +22,7 @@ var _ core.Policy = (*policy)(nil)
 // primary that fails changes nothing, and its error is returned: an
 // override is shared state that only the primary can hold.
 func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
-	if err := core.CheckOverride(key, o, st); err != nil {
+	if err := storekit.CheckOverride(key, o, st); err != nil {
 		return err
 	}
 	po, err := p.openPrimary()
@@ -115,7 +116,7 @@ func (p *policy) learn(ctx context.Context, key string, d *core.Decision) {
 // store's rebase is done whatever it says, as local state never waits for
 // the primary.
 func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
-	if err := core.CheckRebase(scope, st); err != nil {
+	if err := storekit.CheckRebase(scope, st); err != nil {
 		return 0, err
 	}
 	if p.s.closed.Load() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // This file is the per-call decision path: the primary first, within the
@@ -72,7 +73,7 @@ type policy struct {
 // (floodgate.ErrKey, never counted either: one poisoned key must not
 // send every key to the mode), and the local store's errors.
 func (p *policy) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckRequest(key, n); err != nil {
+	if err := storekit.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	s := p.s
@@ -109,7 +110,7 @@ func (p *policy) primaryFirst(ctx context.Context, b *breaker, f func(context.Co
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return core.Decision{}, true, ctxErr
 	}
-	if core.IsInvalidInput(err) {
+	if storekit.IsInvalidInput(err) {
 		return core.Decision{}, true, err
 	}
 	if errors.Is(err, floodgate.ErrKey) {
@@ -175,7 +176,7 @@ func (p *policy) sync(key string, n int64, d *core.Decision) {
 // fails, only the local limiter gets it back; the primary keeps the
 // charge, which errs toward denying.
 func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckRequest(key, n); err != nil {
+	if err := storekit.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	s := p.s
@@ -208,7 +209,7 @@ func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision
 // primary fails, the local limiter (recording the charge in the ledger,
 // like a local admission), or nothing under FailOpen and FailClosed.
 func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckRequest(key, n); err != nil {
+	if err := storekit.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	s := p.s
@@ -242,7 +243,7 @@ func (p *policy) Charge(ctx context.Context, key string, n int64) (core.Decision
 // Reset implements core.Policy: it resets key in the local store and
 // in the primary, and returns the primary's error, if any.
 func (p *policy) Reset(ctx context.Context, key string) error {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return err
 	}
 	s := p.s

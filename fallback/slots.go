@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // Concurrency limits through the fallback. While the primary answers,
@@ -146,7 +147,7 @@ func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
 // errors, ErrClosed, the caller's context's, the primary's about key alone
 // (ErrKey), and the local store's.
 func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
-	if err := core.CheckSlotOp(key, op); err != nil {
+	if err := storekit.CheckSlotOp(key, op); err != nil {
 		return core.SlotVerdict{}, 0, err
 	}
 	s := p.s
@@ -180,7 +181,7 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 			callOp.Kind = core.Release
 		}
 		v, err := p.call(ctx, b, key, callOp)
-		if err != nil && (claimed || op.Kind == core.Acquire && p.open == nil) && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+		if err != nil && (claimed || op.Kind == core.Acquire && p.open == nil) && !storekit.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 			p.orphan(key, op.ID)
 		}
 		switch {
@@ -190,7 +191,7 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 			return v, core.SourceStore, nil
 		case ctx.Err() != nil:
 			return core.SlotVerdict{}, 0, ctx.Err()
-		case core.IsInvalidInput(err):
+		case storekit.IsInvalidInput(err):
 			return core.SlotVerdict{}, 0, err
 		case errors.Is(err, floodgate.ErrKey):
 			s.stats.keyErrors.Add(1)
@@ -264,7 +265,7 @@ func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op core.SlotOp)
 			return core.SlotVerdict{OK: true, Held: v.Held, Expiry: fo.expiry}, core.SourceFailOpen, true, nil
 		case ctx.Err() != nil:
 			return core.SlotVerdict{}, 0, true, ctx.Err()
-		case core.IsInvalidInput(err):
+		case storekit.IsInvalidInput(err):
 			return core.SlotVerdict{}, 0, true, err
 		case errors.Is(err, floodgate.ErrKey):
 			s.stats.keyErrors.Add(1)
@@ -349,7 +350,7 @@ func (p *slotPolicy) takeOrphans() []permitRef {
 // for a later call when that fails.
 func (p *slotPolicy) releaseOrphan(ctx context.Context, o permitRef) {
 	_, err := p.callOne(ctx, p.s.breaker(o.key), o.key, core.SlotOp{Kind: core.Release, ID: o.id})
-	if err != nil && !core.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+	if err != nil && !storekit.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 		p.orphan(o.key, o.id)
 	}
 }
@@ -421,7 +422,7 @@ var _ core.SlotInspector = (*slotPolicy)(nil)
 // moved onto the primary by an extend. A primary or local store that
 // cannot inspect gives an error wrapping errors.ErrUnsupported.
 func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return core.SlotInspection{}, err
 	}
 	s := p.s
@@ -471,7 +472,7 @@ func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotIns
 			return in, nil
 		case ctx.Err() != nil:
 			return core.SlotInspection{}, ctx.Err()
-		case core.IsInvalidInput(err), errors.Is(err, floodgate.ErrKey):
+		case storekit.IsInvalidInput(err), errors.Is(err, floodgate.ErrKey):
 			return core.SlotInspection{}, err
 		}
 		// A look that fails does not count against the breaker: it

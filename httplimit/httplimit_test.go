@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/httplimit"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/floodgate/floodgate/storetest"
 	"go.uber.org/goleak"
 )
@@ -31,7 +32,7 @@ type stubStore struct {
 func (s *stubStore) Prepare([]core.Spec) (core.Policy, error) { return s, nil }
 func (s *stubStore) Close() error                             { return nil }
 func (s *stubStore) Take(ctx context.Context, key string, n int64) (core.Decision, error) {
-	if err := core.CheckRequest(key, n); err != nil {
+	if err := storekit.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	return s.res, s.err

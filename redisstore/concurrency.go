@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -126,7 +128,7 @@ func (s *Store) slotKey(key string) string {
 
 // Slot implements core.SlotPolicy.
 func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
-	if err := core.CheckSlotOp(key, op); err != nil {
+	if err := storekit.CheckSlotOp(key, op); err != nil {
 		return core.SlotVerdict{}, 0, err
 	}
 	s := p.s
@@ -384,7 +386,7 @@ var _ core.SlotInspector = (*slotPolicy)(nil)
 // (slotspeek.lua, read-only, within ACLCommands), not batched, since it
 // serves the explain API and not decisions.
 func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return core.SlotInspection{}, err
 	}
 	s := p.s

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/storetest"
 )
@@ -46,7 +48,7 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 				for j := range b {
 					b[j] = byte(rng.Uint32())
 				}
-				op.ID = core.NewPermitID(key, b)
+				op.ID = storekit.NewPermitID(key, b)
 				ids = append(ids, op.ID)
 			} else {
 				if len(ids) == 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // This file is core.Inspector for the Redis store: a peek that keeps
@@ -20,7 +21,7 @@ var _ core.Inspector = (*policy)(nil)
 // lease and the denial cache, which it reads without changing: a
 // cached denial stays, a lease keeps its units.
 func (p *policy) Inspect(ctx context.Context, key string) (core.Inspection, error) {
-	if err := core.CheckRequest(key, 0); err != nil {
+	if err := storekit.CheckRequest(key, 0); err != nil {
 		return core.Inspection{}, err
 	}
 	s := p.s

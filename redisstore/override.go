@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/lib/arith"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -168,7 +169,7 @@ var _ core.Policy = (*policy)(nil)
 // or deletes the override and carries the key's usage over; then it lifts
 // the key's cached denials in every process (lifts.go).
 func (p *policy) SetOverride(ctx context.Context, key string, o *core.Override, st core.Strategy) error {
-	if err := core.CheckOverride(key, o, st); err != nil {
+	if err := storekit.CheckOverride(key, o, st); err != nil {
 		return err
 	}
 	s := p.s
@@ -266,7 +267,7 @@ func (p *policy) runCarry(ctx context.Context, key string, keys []string, st cor
 // GetOverride implements core.Policy with a GET (and a TIME for an
 // override that expires, when the time is the server's).
 func (p *policy) GetOverride(ctx context.Context, key string) (core.Override, bool, error) {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return core.Override{}, false, err
 	}
 	s := p.s

@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -27,7 +28,7 @@ func (s *Store) rebaseKey(scope string) string {
 
 // Rebase implements core.Policy.Rebase.
 func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (int, error) {
-	if err := core.CheckRebase(scope, st); err != nil {
+	if err := storekit.CheckRebase(scope, st); err != nil {
 		return 0, err
 	}
 	s := p.s

@@ -62,6 +62,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -331,7 +332,7 @@ func failoverClient(url string, dial Dialer) (redis.UniversalClient, error) {
 // decision on these limits sends to Redis: the keys' suffixes, each
 // limit's parameters for the scripts, and whether the fast path decides.
 func (s *Store) Prepare(limits []core.Spec) (core.Policy, error) {
-	if err := core.CheckSpecs(limits); err != nil {
+	if err := storekit.CheckSpecs(limits); err != nil {
 		return nil, err
 	}
 	if s.closed.Load() {
@@ -496,7 +497,7 @@ func (p *policy) Refund(ctx context.Context, key string, n int64) (core.Decision
 }
 
 func (p *policy) take(ctx context.Context, key string, n int64, o op) (core.Decision, error) {
-	if err := core.CheckRequest(key, n); err != nil {
+	if err := storekit.CheckRequest(key, n); err != nil {
 		return core.Decision{}, err
 	}
 	s := p.s
@@ -634,7 +635,7 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 
 // takeGroup is TakeGroup, in the span of ctx.
 func (s *Store) takeGroup(ctx context.Context, reqs []core.Request, all bool) error {
-	if err := core.CheckGroup(reqs); err != nil {
+	if err := storekit.CheckGroup(reqs); err != nil {
 		return err
 	}
 	if s.closed.Load() {
@@ -811,7 +812,7 @@ func (p *policy) calendarParams(now int64) []scriptSpec {
 
 // Reset implements core.Policy: it deletes key's Redis keys.
 func (p *policy) Reset(ctx context.Context, key string) error {
-	if err := core.CheckKey(key); err != nil {
+	if err := storekit.CheckKey(key); err != nil {
 		return err
 	}
 	s := p.s

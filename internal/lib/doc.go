@@ -10,4 +10,6 @@
 //	lograte    one log line an interval, with a count of those held back
 //	permithold a concurrency permit extended while a request runs, then released
 //	slicepool  reuse of the slices a call needs only while it runs
+//	storekit   what floodgate's stores share beyond package core: input
+//	           checks, all-or-nothing groups, carries, permit ids
 package lib

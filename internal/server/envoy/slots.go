@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/floodgate/floodgate/internal/server/config"
 )
 
@@ -100,7 +101,7 @@ func (s *Service) slotsFirst(ctx context.Context, req *rlsv3.RateLimitRequest) (
 		c := slotCheck{index: i, policy: p, key: key, release: release}
 		if permit != "" {
 			sum := sha256.Sum256([]byte(permit))
-			c.id = core.NewPermitID(key, [16]byte(sum[:16]))
+			c.id = storekit.NewPermitID(key, [16]byte(sum[:16]))
 		}
 		checks = append(checks, c)
 	}
@@ -130,7 +131,7 @@ func (s *Service) slotsFirst(ctx context.Context, req *rlsv3.RateLimitRequest) (
 				if _, err := rand.Read(r[:]); err != nil {
 					return nil, true, err
 				}
-				id = core.NewPermitID(c.key, r)
+				id = storekit.NewPermitID(c.key, r)
 			}
 			c.v, _, err = c.policy.Slot(ctx, c.key, core.SlotOp{Kind: core.Acquire, ID: id})
 			if errors.Is(err, core.ErrInvalidPermit) {

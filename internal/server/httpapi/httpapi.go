@@ -38,7 +38,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/lib/arith"
 	"github.com/floodgate/floodgate/internal/lib/clientip"
 	"github.com/floodgate/floodgate/internal/lib/httpjson"
@@ -295,7 +294,7 @@ func statusOf(err error) int {
 		// the server's fault, and no retry helps until someone repairs
 		// it, unlike a store that is unavailable for a while.
 		return http.StatusInternalServerError
-	case errors.Is(err, service.ErrBadRequest), core.IsInvalidInput(err):
+	case errors.Is(err, service.ErrBadRequest), floodgate.IsInvalidInput(err):
 		return http.StatusBadRequest
 	}
 	// The store failed, or the request's context ended first.

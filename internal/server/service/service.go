@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/lib/lograte"
 	"github.com/floodgate/floodgate/internal/server/config"
@@ -518,7 +517,7 @@ func (s *Service) Throttle(ctx context.Context, key string, maxBurst, count, per
 	// Each call names its own limit, so it is prepared for this call.
 	lim, err := floodgate.NewLimiter(s.store, []floodgate.Limit{floodgate.GCRA(maxBurst, count, time.Duration(period)*time.Second)}, s.LimiterOptions("CL.THROTTLE"))
 	if err != nil {
-		if core.IsInvalidInput(err) {
+		if floodgate.IsInvalidInput(err) {
 			return floodgate.Result{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
 		}
 		return floodgate.Result{}, err
