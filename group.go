@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/floodgate/floodgate/core"
+
+	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // Request is one request of a group that AllowGroup decides: a cost on a
@@ -86,7 +88,7 @@ func allowGroup(ctx context.Context, reqs []Request, all bool) error {
 	if ok {
 		err = store.TakeGroup(ctx, group, all)
 	} else {
-		err = core.TakeEach(ctx, group, all)
+		err = storekit.TakeEach(ctx, group, all)
 	}
 	if err != nil {
 		return err

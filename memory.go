@@ -399,7 +399,7 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 	for i := range reqs {
 		p, ok := reqs[i].Policy.(*memPolicy)
 		if !ok || p.s != s {
-			return core.ForeignPolicy(i, reqs[i].Policy)
+			return storekit.ForeignPolicy(i, reqs[i].Policy)
 		}
 		pols[i] = p
 		hashes[i] = maphash.String(s.seed, reqs[i].Key)
@@ -429,13 +429,13 @@ func (s *MemoryStore) TakeGroup(ctx context.Context, reqs []core.Request, all bo
 		v, idx, c := pols[i].decideLocked(sh, hashes[i], r.Key, now, r.N, o)
 		r.Decision, charged[i] = core.Decision{Verdict: v, Index: idx, Limits: limits}, c
 	}
-	if all && core.Undo(reqs) {
+	if all && storekit.Undo(reqs) {
 		for i := len(reqs) - 1; i >= 0; i-- {
 			if charged[i] {
 				r := &reqs[i]
 				v, idx, _ := pols[i].decideLocked(&s.shards[shards[i]], hashes[i], r.Key, now, r.N, opRefund)
 				r.Decision = core.Decision{Verdict: v, Index: idx, Limits: r.Decision.Limits}
-				core.Undone(&r.Decision)
+				storekit.Undone(&r.Decision)
 			}
 		}
 	}

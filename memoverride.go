@@ -90,7 +90,7 @@ func (p *memPolicy) SetOverride(ctx context.Context, key string, o *core.Overrid
 
 // carryLocked moves key's usage (its hash is h) in sh, which is locked
 // with its slow count raised, from the limits from to the limits to, as st
-// says (see core.Carry).
+// says (see storekit.Carry).
 func (s *MemoryStore) carryLocked(sh *memShard, h uint64, key string, from, to []core.Spec, st core.Strategy, now int64) {
 	e := sh.get(h, key, s.bytesShard)
 	if st == core.ResetUsage {
@@ -126,7 +126,7 @@ func (s *MemoryStore) carryLocked(sh *memShard, h uint64, key string, from, to [
 		want[i] = -1 // a new limit starts full
 		if i < len(from) {
 			vf, _ := from[i].Step(state(&from[i], i), now, 0)
-			want[i] = core.Carry(st, from[i].Quota, vf.Remaining, to[i].Quota)
+			want[i] = storekit.Carry(st, from[i].Quota, vf.Remaining, to[i].Quota)
 			vt, _ := to[i].Step(stateTo(&to[i], i), now, 0)
 			carried = carried || vt.Remaining != want[i]
 		}
@@ -254,7 +254,7 @@ func (p *memPolicy) ListOverrides(ctx context.Context, fn func(key string, o cor
 // both calendar or both epoch-aligned. A window of another shape starts
 // afresh and is charged what the strategy keeps, since its counts were
 // kept in windows that to does not have. Buckets always carry over (a
-// refund that falls short starts them afresh; see core.Carry).
+// refund that falls short starts them afresh; see storekit.Carry).
 func sameShape(from, to *core.Spec) bool {
 	if to.Kind == core.Bucket {
 		return true
@@ -280,7 +280,7 @@ func (p *memPolicy) Rebase(ctx context.Context, scope string, st core.Strategy) 
 	}
 	s.rebased[scope] = p.specs
 	s.rebaseMu.Unlock()
-	if !seen || !core.Rebasable(from, p.specs) {
+	if !seen || !storekit.Rebasable(from, p.specs) {
 		return 0, nil
 	}
 	carried := 0

@@ -64,11 +64,12 @@
 // The time now is integer microseconds since the Unix epoch, read once per
 // decision from one clock (the store's, or an injected floodgate.Clock).
 // Charge and Refund are Take with Spec.Charge and Spec.Refund for Step.
-// Reset forgets the key's states. Store.TakeGroup may be TakeEach, at the
-// cost of atomicity; SetOverride, GetOverride, ListOverrides and Rebase
-// (with Carry, Rebasable and CheckOverride) may return an error wrapping
-// errors.ErrUnsupported when the store keeps no overrides. Close makes Prepare and every Policy
-// fail with ErrClosed, and is safe to call twice. A denial is a Decision,
+// Reset forgets the key's states. Store.TakeGroup may call the requests'
+// Policies one after another, at the cost of atomicity; SetOverride,
+// GetOverride, ListOverrides and Rebase may return an error wrapping
+// errors.ErrUnsupported when the store keeps no overrides (Strategy and
+// Policy.Rebase say how a store that keeps them carries usage). Close
+// makes Prepare and every Policy fail with ErrClosed, and is safe to call twice. A denial is a Decision,
 // never an error; store failures wrap ErrStore, and a failure on one key
 // alone (data that is not the store's, a refused command) wraps ErrKey.
 //

@@ -24,8 +24,9 @@ type Store interface {
 	// Charge, when Force) would, and sets each one's Decision. Concurrent
 	// requests see all of the group's charges or none: a request later in
 	// the group sees what earlier ones on its key charged. A store that
-	// cannot decide a group in one step implements it with TakeEach,
-	// which gives up that atomicity.
+	// cannot decide a group in one step may call each request's Policy in
+	// turn and give back, latest first, what an undone group charged;
+	// others can then see the charges until they are given back.
 	//
 	// With all set, the group is all or nothing: when a request that is not
 	// Advisory is denied, what the others charged is given back (as Refund
@@ -35,7 +36,8 @@ type Store interface {
 	// report the state after the refund.
 	//
 	// Its errors are Take's, for the first request that has one, or, for a
-	// request whose Policy another Store prepared, ForeignPolicy's; on an
+	// request whose Policy another Store prepared, one wrapping
+	// ErrInvalidLimit; on an
 	// error no Decision is to be used, and nothing is charged unless the
 	// store failed part way. It keeps nothing of reqs once it returns, even
 	// when ctx ends first: callers reuse them.

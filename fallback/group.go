@@ -15,7 +15,7 @@ import (
 // the local limiter decides the group in one step, as it decides a Take
 // (and its admissions go to the ledger); under FailOpen and FailClosed,
 // every request gets the mode's answer. A group whose keys span
-// partitions is decided by core.TakeEach. Each
+// partitions is decided by storekit.TakeEach. Each
 // request's Policy must be one that s prepared.
 func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) error {
 	if err := storekit.CheckGroup(reqs); err != nil {
@@ -35,14 +35,14 @@ func (s *Store) TakeGroup(ctx context.Context, reqs []core.Request, all bool) er
 	for i := range reqs {
 		p, ok := reqs[i].Policy.(*policy)
 		if !ok || p.s != s {
-			return core.ForeignPolicy(i, reqs[i].Policy)
+			return storekit.ForeignPolicy(i, reqs[i].Policy)
 		}
 		pols[i] = p
 		one = one && (s.parts == nil || s.breaker(reqs[i].Key) == b)
 	}
 	g := s.primary
 	if !one {
-		return core.TakeEach(ctx, reqs, all)
+		return storekit.TakeEach(ctx, reqs, all)
 	}
 	sp := s.groupReqs.Get(len(reqs))
 	defer s.groupReqs.Put(sp)

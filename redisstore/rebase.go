@@ -56,7 +56,7 @@ func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (in
 	if err != nil {
 		return 0, err
 	}
-	if !core.Rebasable(from, p.specs) {
+	if !storekit.Rebasable(from, p.specs) {
 		return 0, nil
 	}
 	raw := "<" + encodeOverride(from)

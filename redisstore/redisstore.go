@@ -599,7 +599,7 @@ func (c *call) decision() core.Decision {
 	d := core.Decide(vs)
 	d.Limits = c.limits
 	if undone {
-		core.Undone(&d)
+		storekit.Undone(&d)
 	}
 	return d
 }
@@ -663,7 +663,7 @@ func (s *Store) takeGroup(ctx context.Context, reqs []core.Request, all bool) er
 		r := &reqs[i]
 		p, ok := r.Policy.(*policy)
 		if !ok || p.s != s {
-			return core.ForeignPolicy(i, r.Policy)
+			return storekit.ForeignPolicy(i, r.Policy)
 		}
 		o := opTake
 		if r.Force {
@@ -736,7 +736,7 @@ func (s *Store) takeGroup(ctx context.Context, reqs []core.Request, all bool) er
 			s.denials.settle(reqs[i].Key, m.p, m.n, m.op, sent, reqs[i].Decision, cached && err == nil && m.out != nil)
 		}
 	}
-	if len(calls) > 1 && (err != nil || (all && core.Undo(reqs))) {
+	if len(calls) > 1 && (err != nil || (all && storekit.Undo(reqs))) {
 		// Undo the parts that charged, slot by slot.
 		for j, m := range members {
 			i := which[j]
@@ -750,7 +750,7 @@ func (s *Store) takeGroup(ctx context.Context, reqs []core.Request, all bool) er
 				continue
 			}
 			*d = back
-			core.Undone(d)
+			storekit.Undone(d)
 		}
 	}
 	return err
