@@ -1,6 +1,8 @@
 package floodgate
 
 import (
+	"errors"
+
 	"github.com/floodgate/floodgate/core"
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
@@ -21,11 +23,11 @@ var (
 	// ErrCostTooHigh is returned by Limiter.WaitN for a cost that no limit
 	// can ever admit (it is larger than a limit's Quota). AllowN reports
 	// the same situation as a denial with RetryAfter Never.
-	ErrCostTooHigh = core.ErrCostTooHigh
+	ErrCostTooHigh = errors.New("floodgate: cost exceeds the limit's quota and can never be allowed")
 	// ErrDeadline is returned by Limiter.WaitN when the context's deadline
 	// comes before the request could be allowed; WaitN returns it at once
 	// rather than waiting in vain.
-	ErrDeadline = core.ErrDeadline
+	ErrDeadline = errors.New("floodgate: request would not be allowed before the context deadline")
 	// ErrClosed reports a call on a store after Close.
 	ErrClosed = core.ErrClosed
 	// ErrStore reports that a store failed (a network error, a Redis error,

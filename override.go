@@ -32,7 +32,17 @@ const (
 
 // ParseStrategy returns the Strategy named s: "additive" (or ""),
 // "as-is", "proportional" or "reset".
-func ParseStrategy(s string) (Strategy, error) { return core.ParseStrategy(s) }
+func ParseStrategy(s string) (Strategy, error) {
+	if s == "" {
+		return Additive, nil
+	}
+	for st := Additive; st <= ResetUsage; st++ {
+		if st.String() == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown strategy %q (additive, as-is, proportional or reset)", ErrInvalidLimit, s)
+}
 
 // Override is one key's own limits, which replace a Limiter's on that key:
 // a tenant who bought ten times the quota, an abuser held to less.

@@ -10,7 +10,7 @@ import (
 // Never is the RetryAfter of a request that can never be allowed: its cost
 // is larger than the quota of one of its limits. It is the largest
 // Duration, so code that sleeps for RetryAfter does not spin.
-const Never = core.Never
+const Never = arith.Never
 
 // Result is the outcome of one decision on one key.
 //

@@ -1,13 +1,10 @@
 package core
 
-import (
-	"errors"
+import "errors"
 
-	"github.com/floodgate/floodgate/internal/lib/arith"
-)
-
-// The sentinel errors. Package floodgate re-exports them under the same
-// names, so errors.Is(err, floodgate.ErrInvalidKey) and
+// The sentinel errors of the store contract. Package floodgate re-exports
+// them under the same names (and adds the Limiter's own, such as
+// ErrCostTooHigh), so errors.Is(err, floodgate.ErrInvalidKey) and
 // errors.Is(err, core.ErrInvalidKey) are the same test. Functions wrap them
 // with %w and a message that says what was wrong.
 var (
@@ -20,14 +17,6 @@ var (
 	ErrInvalidCost = errors.New("floodgate: invalid cost")
 	// ErrNoLimits reports a set of no limits, or of more than MaxLimits.
 	ErrNoLimits = errors.New("floodgate: wrong number of limits")
-	// ErrCostTooHigh is returned by Limiter.Wait for a cost that no limit
-	// can ever admit (it is larger than a limit's Quota). A decision
-	// reports the same situation as a denial with RetryAfter Never.
-	ErrCostTooHigh = errors.New("floodgate: cost exceeds the limit's quota and can never be allowed")
-	// ErrDeadline is returned by Limiter.Wait when the context's deadline
-	// comes before the request could be allowed; Wait returns it at once
-	// rather than waiting in vain.
-	ErrDeadline = errors.New("floodgate: request would not be allowed before the context deadline")
 	// ErrClosed reports a call on a store after Close.
 	ErrClosed = errors.New("floodgate: store closed")
 	// ErrStore reports that a store failed (a network error, a Redis error,
@@ -61,11 +50,6 @@ const (
 	// once.
 	MaxLimits = 8
 )
-
-// Never is the RetryAfter of a request that can never be allowed: its cost
-// is larger than the quota of one of its limits. It is the largest
-// Duration, so code that sleeps for it does not spin.
-const Never = arith.Never
 
 // NeverMicros is Verdict.Retry for a request that can never be allowed.
 const NeverMicros = -1

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -44,23 +43,6 @@ func (s Strategy) String() string {
 	return "Strategy(" + strconv.Itoa(int(s)) + ")"
 }
 
-// ParseStrategy returns the Strategy whose String is s; "" is Additive.
-func ParseStrategy(s string) (Strategy, error) {
-	if s == "" {
-		return Additive, nil
-	}
-	for i, name := range strategyNames {
-		if name == s {
-			return Strategy(i), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: unknown strategy %q (additive, as-is, proportional or reset)", ErrInvalidLimit, s)
-}
-
-// MaxOverrideTTL is the longest an override may last, about 290 years
-// less a little: the longest time.Duration in whole milliseconds.
-const MaxOverrideTTL = time.Duration(1<<63-1) / time.Millisecond * time.Millisecond
-
 // Override is a key's own limits: while it lasts, every Policy of the
 // store decides the key against Limits instead of its own (see
 // Policy.SetOverride).
@@ -69,7 +51,7 @@ type Override struct {
 	// calendar windows are not allowed.
 	Limits []Spec
 	// TTL is how long the override lasts from when it is set, in whole
-	// milliseconds; 0 for ever. GetOverride reports the time left. When an
+	// milliseconds (any such Duration, up to about 290 years); 0 for ever. GetOverride reports the time left. When an
 	// override expires, the key's state is read under the Policy's limits
 	// as it stands (the Additive strategy for limits that differ only in
 	// quota); delete an override to choose.

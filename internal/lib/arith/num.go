@@ -59,7 +59,7 @@ func FloorDiv(a, b int64) (q, r int64) {
 	return q, r
 }
 
-// Never is core.Never, the largest Duration: the RetryAfter of a request
+// Never is floodgate.Never, the largest Duration: the RetryAfter of a request
 // that can never be allowed.
 const Never = time.Duration(1<<63 - 1)
 
