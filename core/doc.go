@@ -1,7 +1,7 @@
 // Package core is what every floodgate store decides with: the algorithms
 // as pure functions of (state, limit, now, cost), their exact integer
-// arithmetic and rounding, the validation of limits and requests, and the
-// combining of several limits into one decision. Applications use package
+// arithmetic and rounding, the validation of limits, the bounds on a
+// request, and the combining of several limits into one decision. Applications use package
 // floodgate; this package is for writing a Store.
 //
 // # The pieces
@@ -69,9 +69,10 @@
 // GetOverride, ListOverrides and Rebase may return an error wrapping
 // errors.ErrUnsupported when the store keeps no overrides (Strategy and
 // Policy.Rebase say how a store that keeps them carries usage). Close
-// makes Prepare and every Policy fail with ErrClosed, and is safe to call twice. A denial is a Decision,
-// never an error; store failures wrap ErrStore, and a failure on one key
-// alone (data that is not the store's, a refused command) wraps ErrKey.
+// makes Prepare and every Policy fail with ErrClosed, and is safe to call
+// twice. A denial is a Decision, never an error; store failures wrap
+// ErrStore, and a failure on one key alone (data that is not the store's,
+// a refused command) wraps ErrKey.
 //
 // Then run the conformance suite, package storetest, on it: the
 // hand-computed scenarios, other limiters' published test vectors, the
