@@ -45,7 +45,7 @@ var (
 )
 
 // IsInvalidInput reports whether err says that the request, not the
-// store, was wrong: an invalid key, cost or limit, or a wrong number of
-// limits. Such an error is the caller's to fix (an HTTP 400, a gRPC
+// store, was wrong: an invalid key, cost or limit, a wrong number of
+// limits, or a permit id that is not one of the key's. Such an error is the caller's to fix (an HTTP 400, a gRPC
 // InvalidArgument); retrying, or answering from a fallback, would not help.
 func IsInvalidInput(err error) bool { return storekit.IsInvalidInput(err) }
