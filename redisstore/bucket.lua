@@ -731,11 +731,6 @@ local groupSizes = {}
 -- distinctKeys in fastpath.go).
 local KEY_MAP = {{KEY_MAP}}
 
--- mappedKeys holds a mapped batch's keys as bucketBatch reads them, one
--- state key per request then one override key per request, filled from
--- the start by each call; mappedN is how far the last call filled it.
-local mappedKeys, mappedN = {}, 0
-
 -- expandKeys returns the keys of a batch whose last argument, map, maps
 -- its requests to their keys: KEY_MAP, the number of requests, then per
 -- run of consecutive requests on one key its place among the distinct
@@ -745,22 +740,55 @@ local mappedKeys, mappedN = {}, 0
 -- state key per request then the override keys in the same order, and
 -- the number of requests. A run costs a call of byte, a request two
 -- stores: a hot key's batch is one run.
-local function expandKeys(keys, map)
-  local d, t = floor(#keys / 2), mappedKeys
-  local h, l = byte(map, 2, 3)
-  local n, i = h * 256 + l, 0
-  for p = 4, #map, 4 do
-    local jh, jl, ch, cl = byte(map, p, p + 3)
-    local j = jh * 256 + jl
-    local key, okey = keys[j], keys[d + j]
-    for _ = 1, ch * 256 + cl do
-      i = i + 1
-      t[i], t[n + i] = key, okey
+-- expandArgs returns argv's na arguments as bucketBatch reads them: when
+-- mark, the last one's first byte, is ARG_MAP, that argument is a map
+-- (see argRuns in fastpath.go), ARG_MAP then 2 big-endian bytes for each
+-- argument before it, and they are returned each as many times as it
+-- says, and how many that makes; otherwise argv and na as they are. A
+-- run costs a call of byte, an argument a store.
+-- Each fills a table of its own from the start at each call (mappedN,
+-- filled: how far the last call did). Those tables and ARG_MAP are
+-- locals of blocks because the library's chunk holds every script's
+-- locals, which Lua bounds at 200 at a time.
+local expandKeys, expandArgs
+do
+  local mappedKeys, mappedN = {}, 0
+  expandKeys = function(keys, map)
+    local d, t = floor(#keys / 2), mappedKeys
+    local h, l = byte(map, 2, 3)
+    local n, i = h * 256 + l, 0
+    for p = 4, #map, 4 do
+      local jh, jl, ch, cl = byte(map, p, p + 3)
+      local j = jh * 256 + jl
+      local key, okey = keys[j], keys[d + j]
+      for _ = 1, ch * 256 + cl do
+        i = i + 1
+        t[i], t[n + i] = key, okey
+      end
     end
+    for k = 2 * n + 1, mappedN do t[k] = nil end
+    mappedN = 2 * n
+    return t, n
   end
-  for k = 2 * n + 1, mappedN do t[k] = nil end
-  mappedN = 2 * n
-  return t, n
+end
+do
+  local ARG_MAP = {{ARG_MAP}}
+  local mapped, filled = {}, 0
+  expandArgs = function(argv, na, mark)
+    if mark ~= ARG_MAP then return argv, na end
+    local map, t, i = argv[na], mapped, 0
+    for r = 1, na - 1 do
+      local h, l = byte(map, 2 * r, 2 * r + 1)
+      local arg = argv[r]
+      for _ = 1, h * 256 + l do
+        i = i + 1
+        t[i] = arg
+      end
+    end
+    for k = i + 1, filled do t[k] = nil end
+    filled = i
+    return t, i
+  end
 end
 
 -- records holds a batch's records until they are joined into its reply:
@@ -775,7 +803,8 @@ local records = {}
 -- and whose override key is at the same place in the second half (or,
 -- when the last argument is a key map, one request per entry of the map,
 -- on the key it names: see expandKeys), with
--- its argument in argv (ARGV, as decideFastKey's), or a group of requests: an argument "g<count>"
+-- its argument in argv (ARGV, as decideFastKey's; when the last argument
+-- is an argument map, argv as expandArgs expands it), or a group of requests: an argument "g<count>"
 -- before the count requests' own, decided in order, one after the other,
 -- as decide.lua decides a group that is not all or nothing; "G<count>", or
 -- "H<count>" and its advisory requests' flags, before a group that is
@@ -798,10 +827,12 @@ local function bucketBatch(keys, argv, read)
   local out, serverTime = records, callTime
   local k, a, m = 1, 1, 0 -- m records in out: # searches for the end
   local na, n = #argv, nil
-  if na > 0 and byte(argv[na]) == KEY_MAP then
+  local mark = na > 0 and byte(argv[na])
+  if mark == KEY_MAP then
     keys, n = expandKeys(keys, argv[na])
     na = na - 1
   else
+    argv, na = expandArgs(argv, na, mark) -- a batch with a key map has no argument map
     n = floor(#keys / 2) -- the requests; keys[n + k] is keys[k]'s override key
   end
   -- The requests on keys of their own come first (see lonesFirst in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -602,5 +603,43 @@ func TestBatchRefunds(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A batch whose requests' arguments repeat in runs, which it sends once
+// each with a map of the runs (argRuns), decides each request as a call
+// of its own would: takes of 1 and of 2, a refund, new keys and ones
+// the batch before it wrote, allowed and denied, through the function
+// library and through the scripts.
+func TestBatchArgRuns(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	ns := []int64{1, 1, 1, 2, 2, -1, 1, 1} // 4 runs of 8 arguments
+	for _, noFns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("DisableFunctions=%v", noFns), func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Base)
+			opts := func(prefix string) *redisstore.Options {
+				return &redisstore.Options{Prefix: fmt.Sprintf("%s%v:", prefix, noFns), Clock: clock, DisableFunctions: noFns}
+			}
+			batched, alone := newStore(t, client, opts("arb")), newStore(t, client, opts("ara"))
+			bpol, apol := hourBucket(t, batched, 3), hourBucket(t, alone, 3)
+			for round := range 3 {
+				ds, errs, fast := batched.Batch(ctx, bpol, keys, ns)
+				if !fast {
+					t.Fatalf("round %d: the batch did not go through the fast path", round)
+				}
+				for i, k := range keys {
+					want, werrs, _ := alone.Batch(ctx, apol, []string{k}, ns[i:i+1])
+					if errs[i] != nil || werrs[0] != nil {
+						t.Fatalf("round %d, %s: errors %v and %v", round, k, errs[i], werrs[0])
+					}
+					if !reflect.DeepEqual(ds[i], want[0]) {
+						t.Errorf("round %d, %s: %+v in the batch, %+v alone", round, k, ds[i], want[0])
+					}
+				}
+				clock.Advance(20 * time.Minute)
+			}
+		})
 	}
 }

@@ -11,7 +11,9 @@
 -- part's keys and its arguments), a probe key of the slot that floodgate
 -- never writes, the keys (each request's state key, then each request's
 -- override key, as bucketBatch takes them, or each distinct key once when
--- the last argument is a key map: see expandKeys), then the arguments.
+-- the last argument is a key map: see expandKeys), then the arguments
+-- (each run of equal ones once when the last is an argument map: see
+-- expandArgs).
 -- Either way the lone requests come first, on the first keys.
 --
 -- Before it decides a slot's requests, it reads the probe key, under
@@ -63,6 +65,10 @@ local function crossBatch(argv, check)
     crossNA = nargs
     i = a0 + nargs + 1
     local n = floor(nk / 2) -- crossKeys[n + j] is crossKeys[j]'s override key
+    -- An argument map expanded, as bucketBatch would, before the lone
+    -- requests are counted.
+    local args
+    args, nargs = expandArgs(crossArgs, nargs, nargs > 0 and byte(crossArgs[nargs]))
     if check then
       crossKeys[nk + 1] = probe
       check(crossKeys)
@@ -72,7 +78,7 @@ local function crossBatch(argv, check)
     -- bucketBatch): their states are read with the probe.
     local lone = 0
     while lone < nargs do
-      local size = #crossArgs[lone + 1]
+      local size = #args[lone + 1]
       if size ~= BUCKET_ARG and size ~= WINDOW_ARG then break end
       lone = lone + 1
     end
@@ -113,7 +119,7 @@ local function crossBatch(argv, check)
     end
     m = m + 1
     if served then
-      local r = bucketBatch(crossKeys, crossArgs, read)
+      local r = bucketBatch(crossKeys, args, read)
       crossOut[m] = spack('>BI4', CROSS_DECIDED, #r) .. r
     else
       crossOut[m] = spack('>B', CROSS_REFUSED)

@@ -374,8 +374,48 @@ func (bucketsEngine) encode(_ *Store, calls []*call) frame {
 	}
 	if keyMap != "" {
 		args = append(args, keyMap)
+	} else {
+		args = argRuns(args)
 	}
 	return frame{calls: calls, keys: keys, args: args, n: n}
+}
+
+// argRuns returns bucketBatch's arguments args with each run of equal
+// ones sent once, and the argument map that says how many times each
+// stands (argMapMark, then 2 big-endian bytes per run), last; or args
+// as they are when the runs are more than half of them, or longer than 2
+// bytes count. Redis parses each argument of a call, and Lua takes each
+// into ARGV, at a cost per argument that the batch's requests of one
+// Policy and cost (the same bytes, see fastArgs.boxed) would pay again and
+// again; Lua pays a call of byte per run to expand them (expandArgs in
+// bucket.lua). It reuses args.
+func argRuns(args []any) []any {
+	if len(args) < 2 || len(args) > keyMapMax {
+		return args
+	}
+	runs := 0
+	for i := range args {
+		if i == 0 || args[i] != args[i-1] {
+			runs++
+		}
+	}
+	if 2*runs > len(args) {
+		return args
+	}
+	m := make([]byte, 1, 1+2*runs)
+	m[0] = argMapMark
+	r := 0 // args[:r] are the runs' arguments so far
+	for i := 0; i < len(args); {
+		j := i + 1
+		for j < len(args) && args[j] == args[i] {
+			j++
+		}
+		args[r] = args[i]
+		r++
+		m = append(m, byte((j-i)>>8), byte(j-i))
+		i = j
+	}
+	return append(args[:r], string(m))
 }
 
 // distinctKeys returns bucketBatch's keys for requests on keys (one each,

@@ -65,7 +65,8 @@ import (
 // (the part's keys and arguments), the slot's probe key, the keys, the
 // arguments", each part's keys and arguments bucketBatch's (a key map
 // included: a part's lone requests, first, still have the first keys as
-// their own). The probe key
+// their own; an argument map too, which crossBatch expands before it
+// counts them). The probe key
 // is "<first key>:probe", which floodgate never writes; the reply is a
 // record per part, CROSS_DECIDED with bucketBatch's reply, or
 // CROSS_REFUSED when the node does not serve the slot stably (nothing of
@@ -145,8 +146,16 @@ import (
 // bytes. bucketBatch expands it into the form above before anything else.
 // A batch without repeats, or whose repeats are scattered (fewer key
 // pairs saved than runs), has no map, and its keys and arguments are the
-// ones above. Each request is one argument, which says by its length what
-// it decides (fastArgs):
+// ones above. A batch without a key map whose arguments repeat in runs
+// (the requests of one Policy and cost on the server's clock carry the
+// same bytes, and Redis parses each argument and Lua takes each into
+// ARGV, once per request) may instead send each run's
+// argument once, and end ARGV with an argument map (argRuns,
+// expandArgs): the byte ARG_MAP (argMapMark, 'a'), then for each of the
+// arguments before it, in order, how many times it stands (2 big-endian
+// bytes). bucketBatch, and crossBatch for each part, expand it into the
+// form below before anything else. Each request is one argument, which
+// says by its length what it decides (fastArgs):
 //
 //	bucketArgLen (80) 10 big-endian doubles: now (µs, -1 server's TIME),
 //	                  n (0 peeks, > 0 takes, < 0 refunds -n), extra (ms),
@@ -263,8 +272,15 @@ const (
 // integer below 2^53), nor does a group's mark.
 const keyMapMark = 'k'
 
-// keyMapMax is the most requests a key map counts (2 bytes).
+// keyMapMax is the most requests a key map counts (2 bytes), and the
+// longest run an argument map counts.
 const keyMapMax = 1<<16 - 1
+
+// argMapMark is the first byte of the argument that says how many times
+// each of a batch's arguments stands (bucketBatch's last, see argRuns):
+// no request's argument starts so, nor does a group's mark, nor
+// keyMapMark.
+const argMapMark = 'a'
 
 // maxDebt is core's maxDebt, the most a window's forced count reaches
 // (TestMaxDebtMatchesCore holds it to core's behaviour).
@@ -283,6 +299,7 @@ var luaConstants = func() map[string]string {
 		"GROUP_ALL":     "'" + groupAllMark + "'",
 		"GROUP_FLAGGED": "'" + groupFlaggedMark + "'",
 		"KEY_MAP":       strconv.Itoa(keyMapMark),
+		"ARG_MAP":       strconv.Itoa(argMapMark),
 	}
 	for name, v := range map[string]int64{
 		"MAXSKEW":          int64(core.MaxPeriod / time.Microsecond),

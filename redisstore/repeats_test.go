@@ -84,6 +84,7 @@ func TestEncodeDistinctKeys(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			fr := bucketsEngine{}.encode(nil, tt.calls)
+			fr.args = expandArgRuns(fr.args)
 			if len(fr.args) != tt.nargs {
 				t.Fatalf("%d arguments, want %d", len(fr.args), tt.nargs)
 			}
@@ -110,5 +111,62 @@ func TestEncodeDistinctKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// expandArgRuns is expandArgs (bucket.lua) in Go: args with their
+// argument map, if any, expanded.
+func expandArgRuns(args []any) []any {
+	if len(args) == 0 {
+		return args
+	}
+	m, _ := args[len(args)-1].(string)
+	if m == "" || m[0] != argMapMark {
+		return args
+	}
+	var out []any
+	for r, a := range args[:len(args)-1] {
+		for range int(m[1+2*r])<<8 | int(m[2+2*r]) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// argRuns sends each run of equal arguments once, with a map of the
+// runs' lengths last, when the runs are at most half the arguments; and
+// expanding the map gives the arguments back.
+func TestArgRuns(t *testing.T) {
+	const a, b, g = "AAAA", "BBBB", "g2"
+	for _, tt := range []struct {
+		name string
+		args []any
+		want []any // nil: args as they are
+	}{
+		{"none", nil, nil},
+		{"one", []any{a}, nil},
+		{"two alike", []any{a, a}, []any{a, "a\x00\x02"}},
+		{"alternating", []any{a, b, a, b}, nil},
+		{"runs", []any{a, a, a, b, b, a}, []any{a, b, a, "a\x00\x03\x00\x02\x00\x01"}},
+		{"a group among them", []any{a, a, g, b, b, b}, []any{a, g, b, "a\x00\x02\x00\x01\x00\x03"}},
+		{"too many runs", []any{a, a, b, g, a}, nil},
+		{"a long run", slices.Repeat([]any{a}, 300), []any{a, "a\x01\x2c"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := argRuns(slices.Clone(tt.args))
+			want := tt.want
+			if want == nil {
+				want = tt.args
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("argRuns(%q) = %q, want %q", tt.args, got, want)
+			}
+			if back := expandArgRuns(got); !slices.Equal(back, tt.args) {
+				t.Errorf("expanded, %q, want %q", back, tt.args)
+			}
+		})
+	}
+	if args := slices.Repeat([]any{a}, keyMapMax+1); len(argRuns(args)) != len(args) {
+		t.Errorf("a run longer than 2 bytes count has a map")
 	}
 }

@@ -119,6 +119,21 @@ for _, raw in ipairs({'fg1;1,10,5,1000000,0', 'fg1@1700000000000000;1,10,5,10000
   end
 end
 
+-- A batch's arguments and keys as bucketBatch reads them from an
+-- argument map and from a key map (expandArgs, expandKeys): the map's
+-- counts are numbers that 5.4 must index with alike.
+local function showAll(t, n)
+  local parts = {}
+  for i = 1, n do parts[i] = t[i] end
+  return concat(parts, ',')
+end
+local args, na = expandArgs({'A', 'g2', 'B', 'a\0\3\0\1\1\44'}, 4, 97)
+emit('expandArgs', na, showAll(args, na))
+args, na = expandArgs({'A', 'B'}, 2, 66)
+emit('expandArgs', na, showAll(args, na))
+local keys, nk = expandKeys({'k1', 'k2', 'o1', 'o2'}, 'k\0\5\0\2\0\2\0\1\0\3')
+emit('expandKeys', nk, showAll(keys, 2 * nk))
+
 -- decide.lua's reply holds integers, where 5.4 tells them from floats.
 local out = {1, 2.0 + 0.0, 'x', 1700000000000000 / 2}
 if toint then integers(out) end -- as decideBatch
