@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/redisstore"
 	"github.com/floodgate/floodgate/storetest"
 	"github.com/redis/go-redis/v9"
@@ -23,19 +24,21 @@ import (
 // 960), one token bucket that admits them all, on a fixed clock (every
 // write then sets the expiry, so no count depends on the run's speed).
 // With FG_IR_FRESH set, every key is new instead (use FG_IR_KEYS=10000).
-// It needs a server under callgrind, whose pid callgrind_control takes:
+// It is a measurement, not a check, run only when FG_IR is set; it starts
+// its own redis-server under callgrind:
 //
-//	valgrind --tool=callgrind --callgrind-out-file=/tmp/cg/out redis-server --port 7777 --save "" --appendonly no --dir /tmp/cg &
-//	FG_IR_ADDR=127.0.0.1:7777 FG_IR_PID=$! go test -v -count=1 -run CallgrindIr ./redisstore
+//	FG_IR=1 go test -v -count=1 -run CallgrindIr ./redisstore
 //
-// It logs the instructions per decision (less the idle server's) and
-// dumps the measured part to out.1 (callgrind_annotate --inclusive=yes).
-// The file copies unchanged into older trees, to compare commits.
+// It logs the instructions per decision (less the idle server's) and, with
+// FG_IR_OUT set, copies the measured part's profile there
+// (callgrind_annotate --inclusive=yes). The file and redistest's
+// StartCallgrind copy unchanged into older trees, to compare commits.
 func TestCallgrindIr(t *testing.T) {
-	addr, pid := os.Getenv("FG_IR_ADDR"), os.Getenv("FG_IR_PID")
-	if addr == "" || pid == "" {
-		t.Skip("FG_IR_ADDR and FG_IR_PID name no redis-server under callgrind")
+	if os.Getenv("FG_IR") == "" {
+		t.Skip("a measurement: set FG_IR=1 to run it")
 	}
+	srv := redistest.StartCallgrind(t)
+	addr, pid := srv.Addr, strconv.Itoa(srv.Pid())
 	env := func(name string, def int) int {
 		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 			return v
@@ -113,5 +116,12 @@ func TestCallgrindIr(t *testing.T) {
 	run(ncalls)
 	ir := read() - idle*time.Since(start).Seconds()
 	ctl("-d")
+	if out := os.Getenv("FG_IR_OUT"); out != "" {
+		if b, err := os.ReadFile(srv.CallgrindOut() + ".1"); err != nil {
+			t.Error(err)
+		} else if err := os.WriteFile(out, b, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 	t.Logf("batches of %d, %d calls: %.0f instructions per decision (idle server: %.0f/s)", batch, ncalls, ir/float64(batch*ncalls), idle)
 }

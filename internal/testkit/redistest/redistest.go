@@ -720,3 +720,34 @@ func waitFor(within time.Duration, f func() error) error {
 	}
 	return err
 }
+
+// StartCallgrind starts a standalone redis-server under valgrind's
+// callgrind, for a measurement of the server's instructions
+// (callgrind_control -z and -e on Pid), and stops it when t ends. Its
+// profile is written to CallgrindOut (callgrind_annotate reads it).
+func StartCallgrind(t testing.TB) *Server {
+	t.Helper()
+	bin, vg := need(t, ServerBin()), need(t, "valgrind")
+	port := FreePort(t)
+	dir := t.TempDir()
+	args := []string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "callgrind.out"), bin,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--daemonize", "no"}
+	cmd := exec.Command(vg, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir, args: args}
+	t.Cleanup(s.Stop)
+	if err := waitPing(s.Addr, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Pid is the server's process id.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// CallgrindOut is the profile a server that StartCallgrind started writes.
+func (s *Server) CallgrindOut() string { return filepath.Join(s.dir, "callgrind.out") }
