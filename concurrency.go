@@ -7,23 +7,22 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/floodgate/floodgate/core"
-
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // ErrInvalidPermit reports a permit id that no store could have issued
 // for the key: empty, too long, malformed, or issued for another key. A
 // permit that is well formed but not held is no error: Release and Extend
-// report it. It is core.ErrInvalidPermit.
-var ErrInvalidPermit = core.ErrInvalidPermit
+// report it. It is slot.ErrInvalidPermit.
+var ErrInvalidPermit = slot.ErrInvalidPermit
 
 // The bounds on a concurrency limit.
 const (
 	// MaxSlots is the most slots a Concurrency limit may have per key.
-	MaxSlots = core.MaxSlots
+	MaxSlots = slot.MaxSlots
 	// MaxPermitIDLen is the longest permit id a store accepts.
-	MaxPermitIDLen = core.MaxPermitIDLen
+	MaxPermitIDLen = slot.MaxPermitIDLen
 	// PermitIDLen is the length of the permit ids the stores issue.
 	PermitIDLen = storekit.PermitIDLen
 )
@@ -40,12 +39,12 @@ const (
 // and a cost. A rate limit and a concurrency limit on one request are
 // decided together by AcquireGroup: both pass or neither is charged.
 //
-// The store must implement core.SlotStore, as the memory store, the Redis
+// The store must implement slot.Store, as the memory store, the Redis
 // store and the fallback store do. A Concurrency is safe for concurrent
 // use; Close does not close its store.
 type Concurrency struct {
-	spec   core.SlotSpec
-	policy core.SlotPolicy
+	spec   slot.Spec
+	policy slot.Policy
 }
 
 // ConcurrencyOptions configures a Concurrency. The zero value (or nil)
@@ -61,14 +60,14 @@ type ConcurrencyOptions struct {
 // outside 1 to MaxSlots, a bad lease, a store that keeps no concurrency
 // limits) or ErrClosed.
 func NewConcurrency(store Store, n int64, lease time.Duration, opts *ConcurrencyOptions) (*Concurrency, error) {
-	spec, err := core.NewSlots(n, lease)
+	spec, err := slot.New(n, lease)
 	if err != nil {
 		return nil, err
 	}
 	if opts != nil {
 		spec.Name = opts.Name
 	}
-	ss, ok := store.(core.SlotStore)
+	ss, ok := store.(slot.Store)
 	if !ok {
 		return nil, fmt.Errorf("%w: the store (%T) keeps no concurrency limits", ErrInvalidLimit, store)
 	}
@@ -139,7 +138,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (SlotResult, erro
 	if _, err := rand.Read(r[:]); err != nil {
 		return SlotResult{}, fmt.Errorf("%w: no randomness for a permit id: %w", ErrStore, err)
 	}
-	return c.do(ctx, key, core.SlotOp{Kind: core.Acquire, ID: storekit.NewPermitID(key, r)})
+	return c.do(ctx, key, slot.Op{Kind: slot.Acquire, ID: storekit.NewPermitID(key, r)})
 }
 
 // Release gives back p's slot, exactly once: the result is Allowed the
@@ -147,7 +146,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (SlotResult, erro
 // already or has expired. A permit of another key, or a forged id, is an
 // error wrapping ErrInvalidPermit.
 func (c *Concurrency) Release(ctx context.Context, p Permit) (SlotResult, error) {
-	return c.do(ctx, p.Key, core.SlotOp{Kind: core.Release, ID: p.ID})
+	return c.do(ctx, p.Key, slot.Op{Kind: slot.Release, ID: p.ID})
 }
 
 // Extend renews p for another lease from now, for work longer than the
@@ -156,10 +155,10 @@ func (c *Concurrency) Release(ctx context.Context, p Permit) (SlotResult, error)
 // or has expired, and the work must then stop or acquire again. Errors
 // are Release's.
 func (c *Concurrency) Extend(ctx context.Context, p Permit) (SlotResult, error) {
-	return c.do(ctx, p.Key, core.SlotOp{Kind: core.Extend, ID: p.ID})
+	return c.do(ctx, p.Key, slot.Op{Kind: slot.Extend, ID: p.ID})
 }
 
-func (c *Concurrency) do(ctx context.Context, key string, op core.SlotOp) (SlotResult, error) {
+func (c *Concurrency) do(ctx context.Context, key string, op slot.Op) (SlotResult, error) {
 	if err := storekit.CheckSlotOp(key, op); err != nil {
 		return SlotResult{}, err
 	}
@@ -170,7 +169,7 @@ func (c *Concurrency) do(ctx context.Context, key string, op core.SlotOp) (SlotR
 	return c.result(key, op.ID, v, src), nil
 }
 
-func (c *Concurrency) result(key, id string, v core.SlotVerdict, src Source) SlotResult {
+func (c *Concurrency) result(key, id string, v slot.Verdict, src Source) SlotResult {
 	r := SlotResult{Allowed: v.OK, Limit: c.spec.Slots, Held: v.Held, Source: src, Name: c.spec.Name,
 		RetryAfter: time.Duration(v.Retry) * time.Microsecond}
 	if v.OK && v.Expiry != 0 {
@@ -265,11 +264,11 @@ type FallbackSlotInspection struct {
 // without changing anything: it is for explaining decisions, not for
 // making them, since another process may take or give back a slot the
 // moment after. It needs a store whose slots implement
-// core.SlotInspector, as the memory, Redis and fallback stores' do; with
+// slot.Inspector, as the memory, Redis and fallback stores' do; with
 // another, the error wraps errors.ErrUnsupported. Its other errors are
 // Acquire's.
 func (c *Concurrency) Inspect(ctx context.Context, key string) (SlotInspection, error) {
-	si, ok := c.policy.(core.SlotInspector)
+	si, ok := c.policy.(slot.Inspector)
 	if !ok {
 		return SlotInspection{}, fmt.Errorf("floodgate: the store cannot inspect a key's slots: %w", errors.ErrUnsupported)
 	}
@@ -300,7 +299,7 @@ func (c *Concurrency) Inspect(ctx context.Context, key string) (SlotInspection, 
 	return out, nil
 }
 
-func instancesOf(fb *core.SlotFallbackInspection) int64 {
+func instancesOf(fb *slot.FallbackInspection) int64 {
 	if fb == nil {
 		return 1
 	}
@@ -308,7 +307,7 @@ func instancesOf(fb *core.SlotFallbackInspection) int64 {
 }
 
 // earliest is in's earliest expiry as a time and as the time left.
-func earliest(in *core.SlotInspection) (time.Time, time.Duration) {
+func earliest(in *slot.Inspection) (time.Time, time.Duration) {
 	if in.Held == 0 || in.Earliest == 0 {
 		return time.Time{}, 0
 	}

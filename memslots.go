@@ -8,12 +8,13 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
 // memSlots keeps the permits of the memory store's concurrency limits:
-// one core.SlotState per key, in shards of their own (permits are few and
+// one slot.State per key, in shards of their own (permits are few and
 // short-lived, and share nothing with the rate limits' entries). A key
 // that holds no live permit is dropped: by the operation that empties it,
 // by the two keys of its shard and two of another, in turn, that each
@@ -31,7 +32,7 @@ type memSlots struct {
 
 type memSlotShard struct {
 	mu   sync.Mutex
-	keys map[string]core.SlotState
+	keys map[string]slot.State
 }
 
 // memSlotPolicy applies one limit. The slots are the key's, whichever
@@ -39,11 +40,11 @@ type memSlotShard struct {
 // that must not share slots use different keys.
 type memSlotPolicy struct {
 	s    *MemoryStore
-	spec core.SlotSpec
+	spec slot.Spec
 }
 
-// PrepareSlots implements core.SlotStore.
-func (s *MemoryStore) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+// PrepareSlots implements slot.Store.
+func (s *MemoryStore) PrepareSlots(spec slot.Spec) (slot.Policy, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -54,16 +55,16 @@ func (s *MemoryStore) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) 
 	return &memSlotPolicy{s: s, spec: spec}, nil
 }
 
-// Slot implements core.SlotPolicy.
-func (p *memSlotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+// Slot implements slot.Policy.
+func (p *memSlotPolicy) Slot(ctx context.Context, key string, op slot.Op) (slot.Verdict, core.Source, error) {
 	if err := storekit.CheckSlotOp(key, op); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	if p.s.closed.Load() {
-		return core.SlotVerdict{}, 0, ErrClosed
+		return slot.Verdict{}, 0, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	ms := &p.s.slots
 	k := key
@@ -81,24 +82,24 @@ func (p *memSlotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (c
 	return v, core.SourceStore, err
 }
 
-func (p *memSlotPolicy) slotLocked(sh *memSlotShard, key string, op core.SlotOp, now int64) (core.SlotVerdict, error) {
+func (p *memSlotPolicy) slotLocked(sh *memSlotShard, key string, op slot.Op, now int64) (slot.Verdict, error) {
 	ms := &p.s.slots
 	k := key
 	st, ok := sh.keys[k]
-	if !ok && op.Kind == core.Acquire && len(sh.keys) >= ms.maxKeys {
+	if !ok && op.Kind == slot.Acquire && len(sh.keys) >= ms.maxKeys {
 		sh.sweep(now, -1)
 		if len(sh.keys) >= ms.maxKeys {
-			return core.SlotVerdict{}, fmt.Errorf("%w: the memory store holds %d keys with live permits in one shard, its most", ErrStore, len(sh.keys))
+			return slot.Verdict{}, fmt.Errorf("%w: the memory store holds %d keys with live permits in one shard, its most", ErrStore, len(sh.keys))
 		}
 	}
 	next, v, err := p.spec.Step(st, now, op)
 	if err != nil {
-		return core.SlotVerdict{}, err
+		return slot.Verdict{}, err
 	}
 	switch {
 	case len(next.Permits) > 0:
 		if sh.keys == nil {
-			sh.keys = make(map[string]core.SlotState)
+			sh.keys = make(map[string]slot.State)
 		}
 		sh.keys[k] = next
 	case ok:
@@ -135,19 +136,19 @@ func (ms *memSlots) slotKeys() int {
 	return n
 }
 
-var _ core.SlotInspector = (*memSlotPolicy)(nil)
+var _ slot.Inspector = (*memSlotPolicy)(nil)
 
-// InspectSlots implements core.SlotInspector: it reads the key's permits
+// InspectSlots implements slot.Inspector: it reads the key's permits
 // under its shard's lock, and drops nothing.
-func (p *memSlotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+func (p *memSlotPolicy) InspectSlots(ctx context.Context, key string) (slot.Inspection, error) {
 	if err := storekit.CheckKey(key); err != nil {
-		return core.SlotInspection{}, err
+		return slot.Inspection{}, err
 	}
 	if p.s.closed.Load() {
-		return core.SlotInspection{}, ErrClosed
+		return slot.Inspection{}, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return core.SlotInspection{}, err
+		return slot.Inspection{}, err
 	}
 	ms := &p.s.slots
 	sh := &ms.shards[maphash.String(ms.seed, key)%uint64(len(ms.shards))]

@@ -18,10 +18,12 @@
 //   - Decide combines the limits' Verdicts into the Decision that a
 //     Policy returns.
 //   - The sentinel errors (ErrInvalidKey, ErrInvalidCost, ErrNoLimits,
-//     ErrInvalidLimit, ErrInvalidPermit) are what a Store returns, wrapped
-//     with %w, for bad input; Store, Policy and the bounds (MaxKeyLen,
-//     MaxLimits, MaxLogQuota, ...) say what input is bad. A Store checks
-//     its own input: floodgate's stores share their checks internally.
+//     ErrInvalidLimit) are what a Store returns, wrapped with %w, for bad
+//     input; Store, Policy and the bounds (MaxKeyLen, MaxLimits,
+//     MaxLogQuota, ...) say what input is bad. A Store checks its own
+//     input: floodgate's stores share their checks internally.
+//   - Concurrency limits (slots) are optional and not here: a Store that
+//     offers them implements package core/slot as well.
 //
 // # Writing a Store
 //

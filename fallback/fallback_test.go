@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/storetest"
 	"go.uber.org/goleak"
@@ -45,7 +46,7 @@ type flaky struct {
 	// slotGate, when set, runs before each slot op while the store is
 	// healthy, and fails the op when it returns an error. Set it only
 	// while no op is in flight.
-	slotGate func(ctx context.Context, op core.SlotOp) error
+	slotGate func(ctx context.Context, op slot.Op) error
 }
 
 // keyFailure returns the error of a call on key: ErrKey when key is the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
@@ -82,13 +83,13 @@ func TestInspect(t *testing.T) {
 	}
 }
 
-// InspectSlots makes the flaky primary's slots a core.SlotInspector,
+// InspectSlots makes the flaky primary's slots a slot.Inspector,
 // failing as its Slot does.
-func (p *flakySlots) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+func (p *flakySlots) InspectSlots(ctx context.Context, key string) (slot.Inspection, error) {
 	if err := (&flakyPolicy{f: p.f}).fail(ctx); err != nil {
-		return core.SlotInspection{}, err
+		return slot.Inspection{}, err
 	}
-	return p.SlotPolicy.(core.SlotInspector).InspectSlots(ctx, key)
+	return p.Policy.(slot.Inspector).InspectSlots(ctx, key)
 }
 
 // TestInspectSlotsFailOpen: InspectSlots reports the permits that FailOpen
@@ -100,7 +101,7 @@ func (p *flakySlots) InspectSlots(ctx context.Context, key string) (core.SlotIns
 func TestInspectSlotsFailOpen(t *testing.T) {
 	const lease = time.Minute
 	f := newFixture(t, fallback.Options{Mode: fallback.FailOpen, Threshold: 1000})
-	spec, err := core.NewSlots(2, lease)
+	spec, err := slot.New(2, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +115,8 @@ func TestInspectSlotsFailOpen(t *testing.T) {
 	type step struct {
 		primary mode
 		advance time.Duration
-		op      core.SlotOpKind // 0: none, only the look
-		key     string          // of the op; "k" when empty
+		op      slot.OpKind // 0: none, only the look
+		key     string      // of the op; "k" when empty
 		permit  string
 		source  core.Source // the op's
 		// The look at "k": the main answer and the remembered permits.
@@ -124,14 +125,14 @@ func TestInspectSlotsFailOpen(t *testing.T) {
 		openEarliest   time.Duration // after the start; 0: none
 	}
 	steps := []step{
-		{op: core.Acquire, permit: "a", source: core.SourceStore, held: 1, inSource: core.SourceStore},
-		{primary: failing, op: core.Acquire, permit: "b", source: core.SourceFailOpen, openHeld: 1, inSource: core.SourceFailOpen, openEarliest: lease},
-		{primary: failing, advance: 10 * time.Second, op: core.Acquire, permit: "c", source: core.SourceFailOpen, openHeld: 2, inSource: core.SourceFailOpen, openEarliest: lease},
-		{primary: failing, op: core.Acquire, key: "other", permit: "x", source: core.SourceFailOpen, openHeld: 2, inSource: core.SourceFailOpen, openEarliest: lease},
+		{op: slot.Acquire, permit: "a", source: core.SourceStore, held: 1, inSource: core.SourceStore},
+		{primary: failing, op: slot.Acquire, permit: "b", source: core.SourceFailOpen, openHeld: 1, inSource: core.SourceFailOpen, openEarliest: lease},
+		{primary: failing, advance: 10 * time.Second, op: slot.Acquire, permit: "c", source: core.SourceFailOpen, openHeld: 2, inSource: core.SourceFailOpen, openEarliest: lease},
+		{primary: failing, op: slot.Acquire, key: "other", permit: "x", source: core.SourceFailOpen, openHeld: 2, inSource: core.SourceFailOpen, openEarliest: lease},
 		{held: 1, openHeld: 2, inSource: core.SourceStore, openEarliest: lease},
-		{op: core.Release, permit: "b", source: core.SourceFailOpen, held: 1, openHeld: 1, inSource: core.SourceStore, openEarliest: 10*time.Second + lease},
-		{op: core.Extend, permit: "c", source: core.SourceStore, held: 2, inSource: core.SourceStore},
-		{primary: failing, op: core.Acquire, permit: "d", source: core.SourceFailOpen, openHeld: 1, inSource: core.SourceFailOpen, openEarliest: 10*time.Second + lease},
+		{op: slot.Release, permit: "b", source: core.SourceFailOpen, held: 1, openHeld: 1, inSource: core.SourceStore, openEarliest: 10*time.Second + lease},
+		{op: slot.Extend, permit: "c", source: core.SourceStore, held: 2, inSource: core.SourceStore},
+		{primary: failing, op: slot.Acquire, permit: "d", source: core.SourceFailOpen, openHeld: 1, inSource: core.SourceFailOpen, openEarliest: 10*time.Second + lease},
 		{primary: failing, advance: lease, inSource: core.SourceFailOpen},
 	}
 	for i, st := range steps {
@@ -139,15 +140,15 @@ func TestInspectSlotsFailOpen(t *testing.T) {
 		f.clock.Advance(st.advance)
 		if st.op != 0 {
 			key := cmp.Or(st.key, "k")
-			if st.op == core.Acquire {
+			if st.op == slot.Acquire {
 				ids[st.permit] = storekit.NewPermitID(key, [16]byte{byte(i + 1)})
 			}
-			v, src, err := sp.Slot(ctx, key, core.SlotOp{Kind: st.op, ID: ids[st.permit]})
+			v, src, err := sp.Slot(ctx, key, slot.Op{Kind: st.op, ID: ids[st.permit]})
 			if err != nil || !v.OK || src != st.source {
 				t.Fatalf("step %d: %s %s: %+v %v %v, want granted by %v", i, st.op, st.permit, v, src, err, st.source)
 			}
 		}
-		in, err := sp.(core.SlotInspector).InspectSlots(ctx, "k")
+		in, err := sp.(slot.Inspector).InspectSlots(ctx, "k")
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 )
 
@@ -17,7 +18,7 @@ import (
 // every acquire, release and extend is the primary's. While it fails (its
 // breaker is open, or a call fails within the budget), an acquire is
 // answered by the mode: Local acquires on the local store, with the
-// limit's share of Instances (core.SlotSpec.Share: N/Instances slots, at
+// limit's share of Instances (slot.Spec.Share: N/Instances slots, at
 // least 1); FailOpen grants a permit that the primary does not count;
 // FailClosed denies, with the probe interval as RetryAfter.
 //
@@ -72,9 +73,9 @@ import (
 
 type slotPolicy struct {
 	s       *Store
-	primary core.SlotPolicy
-	local   core.SlotPolicy // nil unless the mode is Local
-	spec    core.SlotSpec
+	primary slot.Policy
+	local   slot.Policy // nil unless the mode is Local
+	spec    slot.Spec
 	// orphans are the permits of acquires that failed on the primary (a
 	// timeout, a hung server): the primary may have granted them all the
 	// same, when it ran the call after the caller gave up. They are
@@ -104,18 +105,18 @@ const (
 	orphanScan     = 4 * orphansPerCall
 )
 
-// PrepareSlots implements core.SlotStore: the primary's slots, and the
+// PrepareSlots implements slot.Store: the primary's slots, and the
 // local store's share of them in Local mode. Its errors wrap
 // ErrInvalidLimit, also when the primary or the local store keeps no
 // concurrency limits, or ErrClosed.
-func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+func (s *Store) PrepareSlots(spec slot.Spec) (slot.Policy, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	if s.closed.Load() {
 		return nil, floodgate.ErrClosed
 	}
-	ps, ok := s.primary.(core.SlotStore)
+	ps, ok := s.primary.(slot.Store)
 	if !ok {
 		return nil, fmt.Errorf("%w: the primary store (%T) keeps no concurrency limits", floodgate.ErrInvalidLimit, s.primary)
 	}
@@ -128,7 +129,7 @@ func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
 		return nil, err
 	}
 	if s.mode == Local {
-		ls, ok := s.local.(core.SlotStore)
+		ls, ok := s.local.(slot.Store)
 		if !ok {
 			return nil, fmt.Errorf("%w: the local store (%T) keeps no concurrency limits", floodgate.ErrInvalidLimit, s.local)
 		}
@@ -143,28 +144,28 @@ func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
 	return p, nil
 }
 
-// Slot implements core.SlotPolicy. Its errors are as Policy.Take's: input
+// Slot implements slot.Policy. Its errors are as Policy.Take's: input
 // errors, ErrClosed, the caller's context's, the primary's about key alone
 // (ErrKey), and the local store's.
-func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+func (p *slotPolicy) Slot(ctx context.Context, key string, op slot.Op) (slot.Verdict, core.Source, error) {
 	if err := storekit.CheckSlotOp(key, op); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	s := p.s
 	if s.closed.Load() {
-		return core.SlotVerdict{}, 0, floodgate.ErrClosed
+		return slot.Verdict{}, 0, floodgate.ErrClosed
 	}
-	if op.Kind != core.Acquire && p.local != nil {
+	if op.Kind != slot.Acquire && p.local != nil {
 		// A permit granted locally is given back or renewed there.
 		v, _, err := p.local.Slot(ctx, key, op)
 		if err != nil {
-			return core.SlotVerdict{}, 0, err
+			return slot.Verdict{}, 0, err
 		}
 		if v.OK {
 			return v, core.SourceLocal, nil
 		}
 	}
-	if op.Kind != core.Acquire && p.open != nil {
+	if op.Kind != slot.Acquire && p.open != nil {
 		if v, src, ok, err := p.failOpenOp(ctx, key, op); ok {
 			return v, src, err
 		}
@@ -175,39 +176,39 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 		// An orphan's release or extend: its permit ended where it was
 		// granted, and its copy on the primary is released, not held,
 		// even while more orphans wait than a call releases.
-		claimed := op.Kind != core.Acquire && p.claimOrphan(key, op.ID)
+		claimed := op.Kind != slot.Acquire && p.claimOrphan(key, op.ID)
 		callOp := op
 		if claimed {
-			callOp.Kind = core.Release
+			callOp.Kind = slot.Release
 		}
 		v, err := p.call(ctx, b, key, callOp)
-		if err != nil && (claimed || op.Kind == core.Acquire && p.open == nil) && !storekit.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
+		if err != nil && (claimed || op.Kind == slot.Acquire && p.open == nil) && !storekit.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 			p.orphan(key, op.ID)
 		}
 		switch {
 		case err == nil && claimed:
-			return core.SlotVerdict{Held: v.Held}, core.SourceStore, nil
+			return slot.Verdict{Held: v.Held}, core.SourceStore, nil
 		case err == nil:
 			return v, core.SourceStore, nil
 		case ctx.Err() != nil:
-			return core.SlotVerdict{}, 0, ctx.Err()
+			return slot.Verdict{}, 0, ctx.Err()
 		case storekit.IsInvalidInput(err):
-			return core.SlotVerdict{}, 0, err
+			return slot.Verdict{}, 0, err
 		case errors.Is(err, floodgate.ErrKey):
 			s.stats.keyErrors.Add(1)
-			return core.SlotVerdict{}, 0, err
+			return slot.Verdict{}, 0, err
 		}
 		b.failed(err)
-		if op.Kind != core.Acquire {
-			return core.SlotVerdict{}, 0, fmt.Errorf("%w: fallback: the primary store failed to %s the permit, which only it holds: %w", floodgate.ErrStore, opVerb(op.Kind), err)
+		if op.Kind != slot.Acquire {
+			return slot.Verdict{}, 0, fmt.Errorf("%w: fallback: the primary store failed to %s the permit, which only it holds: %w", floodgate.ErrStore, opVerb(op.Kind), err)
 		}
 		tried = true
-	} else if op.Kind != core.Acquire {
+	} else if op.Kind != slot.Acquire {
 		// The local store does not hold the permit, and the primary, which
 		// does, cannot be asked: a store failure, not "not held", so that a
 		// holder extending it tries again rather than giving up its work.
 		// Left alone, the primary's permit expires after its lease.
-		return core.SlotVerdict{}, 0, fmt.Errorf("%w: fallback: the primary store is failing; the permit, which only it holds, cannot be %s until it recovers", floodgate.ErrStore, opPast(op.Kind))
+		return slot.Verdict{}, 0, fmt.Errorf("%w: fallback: the primary store is failing; the permit, which only it holds, cannot be %s until it recovers", floodgate.ErrStore, opPast(op.Kind))
 	}
 	s.stats.fallbacks.Add(1)
 	now := s.clock.Now().UnixMicro()
@@ -217,9 +218,9 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 		// there after all (tried): the permit's release then releases it
 		// there too.
 		p.open.put(key, op.ID, now, now+p.spec.Lease, tried)
-		return core.SlotVerdict{OK: true, Expiry: now + p.spec.Lease}, core.SourceFailOpen, nil
+		return slot.Verdict{OK: true, Expiry: now + p.spec.Lease}, core.SourceFailOpen, nil
 	case FailClosed:
-		return core.SlotVerdict{Held: p.spec.Slots, Retry: s.interval.Microseconds()}, core.SourceFailClosed, nil
+		return slot.Verdict{Held: p.spec.Slots, Retry: s.interval.Microseconds()}, core.SourceFailClosed, nil
 	}
 	v, _, err := p.local.Slot(ctx, key, op)
 	return v, core.SourceLocal, err
@@ -228,28 +229,28 @@ func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core
 // failOpenOp releases or extends a permit that FailOpen granted, as the
 // file's comment says; ok is false when op's permit is not one (or has
 // been forgotten), for the primary to answer.
-func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, bool, error) {
+func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op slot.Op) (slot.Verdict, core.Source, bool, error) {
 	s := p.s
 	now := s.clock.Now().UnixMicro()
 	fo, found := p.open.get(key, op.ID)
 	switch {
 	case !found:
-		return core.SlotVerdict{}, 0, false, nil
+		return slot.Verdict{}, 0, false, nil
 	case fo.expiry <= now:
 		// Expired, as a store's permit expires: not held.
 		p.open.drop(key, op.ID)
-		return core.SlotVerdict{}, core.SourceFailOpen, true, nil
-	case op.Kind == core.Release:
+		return slot.Verdict{}, core.SourceFailOpen, true, nil
+	case op.Kind == slot.Release:
 		p.open.drop(key, op.ID)
 		if fo.maybe {
 			p.orphan(key, op.ID)
 		}
-		return core.SlotVerdict{OK: true}, core.SourceFailOpen, true, nil
+		return slot.Verdict{OK: true}, core.SourceFailOpen, true, nil
 	}
 	maybe := fo.maybe
 	if b := s.breaker(key); !b.degraded.Load() {
-		v, err := p.call(ctx, b, key, core.SlotOp{Kind: core.Acquire, ID: op.ID})
-		if errors.Is(err, core.ErrInvalidPermit) {
+		v, err := p.call(ctx, b, key, slot.Op{Kind: slot.Acquire, ID: op.ID})
+		if errors.Is(err, slot.ErrInvalidPermit) {
 			// Held there already: the acquire that failed on the primary
 			// ran after all. Its lease there is renewed instead.
 			v, err = p.call(ctx, b, key, op)
@@ -262,14 +263,14 @@ func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op core.SlotOp)
 			// The key is full on the primary: the permit keeps the lease
 			// it was given, and no more.
 			s.stats.fallbacks.Add(1)
-			return core.SlotVerdict{OK: true, Held: v.Held, Expiry: fo.expiry}, core.SourceFailOpen, true, nil
+			return slot.Verdict{OK: true, Held: v.Held, Expiry: fo.expiry}, core.SourceFailOpen, true, nil
 		case ctx.Err() != nil:
-			return core.SlotVerdict{}, 0, true, ctx.Err()
+			return slot.Verdict{}, 0, true, ctx.Err()
 		case storekit.IsInvalidInput(err):
-			return core.SlotVerdict{}, 0, true, err
+			return slot.Verdict{}, 0, true, err
 		case errors.Is(err, floodgate.ErrKey):
 			s.stats.keyErrors.Add(1)
-			return core.SlotVerdict{}, 0, true, err
+			return slot.Verdict{}, 0, true, err
 		}
 		b.failed(err)
 		maybe = true
@@ -278,7 +279,7 @@ func (p *slotPolicy) failOpenOp(ctx context.Context, key string, op core.SlotOp)
 	s.stats.fallbacks.Add(1)
 	exp := max(fo.expiry, now+p.spec.Lease)
 	p.open.put(key, op.ID, now, exp, maybe)
-	return core.SlotVerdict{OK: true, Expiry: exp}, core.SourceFailOpen, true, nil
+	return slot.Verdict{OK: true, Expiry: exp}, core.SourceFailOpen, true, nil
 }
 
 // orphan remembers the permit of an acquire that failed on the primary.
@@ -349,7 +350,7 @@ func (p *slotPolicy) takeOrphans() []permitRef {
 // releaseOrphan releases o on the primary, within the budget; it is kept
 // for a later call when that fails.
 func (p *slotPolicy) releaseOrphan(ctx context.Context, o permitRef) {
-	_, err := p.callOne(ctx, p.s.breaker(o.key), o.key, core.SlotOp{Kind: core.Release, ID: o.id})
+	_, err := p.callOne(ctx, p.s.breaker(o.key), o.key, slot.Op{Kind: slot.Release, ID: o.id})
 	if err != nil && !storekit.IsInvalidInput(err) && !errors.Is(err, floodgate.ErrKey) {
 		p.orphan(o.key, o.id)
 	}
@@ -359,7 +360,7 @@ func (p *slotPolicy) releaseOrphan(ctx context.Context, o permitRef) {
 // there, each in a goroutine of its own that call waits for: a caller
 // waits for them a budget at most, however many there are, and its own
 // op sees the slots they free.
-func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op core.SlotOp) (core.SlotVerdict, error) {
+func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op slot.Op) (slot.Verdict, error) {
 	if batch := p.takeOrphans(); len(batch) > 0 {
 		var wg sync.WaitGroup
 		for _, o := range batch {
@@ -377,7 +378,7 @@ func (p *slotPolicy) call(ctx context.Context, b *breaker, key string, op core.S
 
 // callOne is breaker.call for a slot operation: within the budget,
 // counting a success.
-func (p *slotPolicy) callOne(ctx context.Context, b *breaker, key string, op core.SlotOp) (core.SlotVerdict, error) {
+func (p *slotPolicy) callOne(ctx context.Context, b *breaker, key string, op slot.Op) (slot.Verdict, error) {
 	cctx, cancel := ctx, context.CancelFunc(nil)
 	if b.s.budget > 0 {
 		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > b.s.budget {
@@ -395,23 +396,23 @@ func (p *slotPolicy) callOne(ctx context.Context, b *breaker, key string, op cor
 }
 
 // opVerb and opPast name a release or an extend in errors.
-func opVerb(k core.SlotOpKind) string {
-	if k == core.Release {
+func opVerb(k slot.OpKind) string {
+	if k == slot.Release {
 		return "release"
 	}
 	return "extend"
 }
 
-func opPast(k core.SlotOpKind) string {
-	if k == core.Release {
+func opPast(k slot.OpKind) string {
+	if k == slot.Release {
 		return "released"
 	}
 	return "extended"
 }
 
-var _ core.SlotInspector = (*slotPolicy)(nil)
+var _ slot.Inspector = (*slotPolicy)(nil)
 
-// InspectSlots implements core.SlotInspector: the primary's slots of key
+// InspectSlots implements slot.Inspector: the primary's slots of key
 // while its breaker is closed and it answers within the budget, else the
 // mode's (the local store's in Local mode; none held in FailOpen, whose
 // acquires are granted whatever it remembers; all in FailClosed); and
@@ -421,23 +422,23 @@ var _ core.SlotInspector = (*slotPolicy)(nil)
 // remembers (Source SourceFailOpen), held until released, expired, or
 // moved onto the primary by an extend. A primary or local store that
 // cannot inspect gives an error wrapping errors.ErrUnsupported.
-func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (slot.Inspection, error) {
 	if err := storekit.CheckKey(key); err != nil {
-		return core.SlotInspection{}, err
+		return slot.Inspection{}, err
 	}
 	s := p.s
 	if s.closed.Load() {
-		return core.SlotInspection{}, floodgate.ErrClosed
+		return slot.Inspection{}, floodgate.ErrClosed
 	}
-	fb := &core.SlotFallbackInspection{Mode: s.mode.String(), Instances: s.instances}
+	fb := &slot.FallbackInspection{Mode: s.mode.String(), Instances: s.instances}
 	if p.local != nil {
-		li, ok := p.local.(core.SlotInspector)
+		li, ok := p.local.(slot.Inspector)
 		if !ok {
-			return core.SlotInspection{}, fmt.Errorf("fallback: the local store cannot inspect a key's slots: %w", errors.ErrUnsupported)
+			return slot.Inspection{}, fmt.Errorf("fallback: the local store cannot inspect a key's slots: %w", errors.ErrUnsupported)
 		}
 		local, err := li.InspectSlots(ctx, key)
 		if err != nil {
-			return core.SlotInspection{}, err
+			return slot.Inspection{}, err
 		}
 		local.Source = core.SourceLocal
 		fb.Local = &local
@@ -446,15 +447,15 @@ func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotIns
 		// As the local store's permits are reported in Local mode: those
 		// this process granted, which the primary does not count.
 		now := s.clock.Now().UnixMicro()
-		open := core.SlotInspection{Now: now, Source: core.SourceFailOpen}
+		open := slot.Inspection{Now: now, Source: core.SourceFailOpen}
 		open.Held, open.Earliest = p.open.inspect(key, now)
 		fb.Local = &open
 	}
 	b := s.breaker(key)
 	if !b.degraded.Load() {
-		pi, ok := p.primary.(core.SlotInspector)
+		pi, ok := p.primary.(slot.Inspector)
 		if !ok {
-			return core.SlotInspection{}, fmt.Errorf("fallback: the primary store cannot inspect a key's slots: %w", errors.ErrUnsupported)
+			return slot.Inspection{}, fmt.Errorf("fallback: the primary store cannot inspect a key's slots: %w", errors.ErrUnsupported)
 		}
 		cctx, cancel := ctx, context.CancelFunc(nil)
 		if s.budget > 0 {
@@ -471,21 +472,21 @@ func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotIns
 			in.Fallback = fb
 			return in, nil
 		case ctx.Err() != nil:
-			return core.SlotInspection{}, ctx.Err()
+			return slot.Inspection{}, ctx.Err()
 		case storekit.IsInvalidInput(err), errors.Is(err, floodgate.ErrKey):
-			return core.SlotInspection{}, err
+			return slot.Inspection{}, err
 		}
 		// A look that fails does not count against the breaker: it
 		// decides nothing.
 	}
 	fb.Degraded = true
 	now := s.clock.Now().UnixMicro()
-	var in core.SlotInspection
+	var in slot.Inspection
 	switch s.mode {
 	case FailOpen:
-		in = core.SlotInspection{Now: now, Source: core.SourceFailOpen}
+		in = slot.Inspection{Now: now, Source: core.SourceFailOpen}
 	case FailClosed:
-		in = core.SlotInspection{Now: now, Held: p.spec.Slots, Earliest: now + s.interval.Microseconds(), Source: core.SourceFailClosed}
+		in = slot.Inspection{Now: now, Held: p.spec.Slots, Earliest: now + s.interval.Microseconds(), Source: core.SourceFailClosed}
 	default:
 		in = *fb.Local
 	}

@@ -275,7 +275,7 @@ func live(m map[string]map[string]int64, key string, now int64) map[string]int64
 }
 
 // step applies op to a store's permits of key with n slots, as
-// core.SlotSpec.Step does.
+// slot.Spec.Step does.
 func (m *outageModel) step(store map[string]map[string]int64, n int64, op, key, id string, now int64, src floodgate.Source) modelAnswer {
 	held := live(store, key, now)
 	a := modelAnswer{source: src}

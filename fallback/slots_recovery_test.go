@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/internal/lib/permithold"
 )
@@ -232,8 +233,8 @@ func TestSlotsOrphansReleasedTogether(t *testing.T) {
 			}
 			var arrived atomic.Int64
 			all := make(chan struct{})
-			f.primary.slotGate = func(ctx context.Context, op core.SlotOp) error {
-				if op.Kind != core.Release {
+			f.primary.slotGate = func(ctx context.Context, op slot.Op) error {
+				if op.Kind != slot.Release {
 					return nil
 				}
 				if arrived.Add(1) == orphans {
@@ -274,21 +275,21 @@ func TestSlotsOrphansReleasedTogether(t *testing.T) {
 	}
 }
 
-func (p *parted) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
-	sp, err := p.Store.(core.SlotStore).PrepareSlots(spec)
+func (p *parted) PrepareSlots(spec slot.Spec) (slot.Policy, error) {
+	sp, err := p.Store.(slot.Store).PrepareSlots(spec)
 	return &partedSlots{p, sp}, err
 }
 
 type partedSlots struct {
 	p *parted
-	core.SlotPolicy
+	slot.Policy
 }
 
-func (ps *partedSlots) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+func (ps *partedSlots) Slot(ctx context.Context, key string, op slot.Op) (slot.Verdict, core.Source, error) {
 	if err := ps.p.asked(key); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
-	return ps.SlotPolicy.Slot(ctx, key, op)
+	return ps.Policy.Slot(ctx, key, op)
 }
 
 // TestSlotsOrphansWaitForTheirPartition: with a partitioned primary (a

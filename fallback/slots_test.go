@@ -9,41 +9,42 @@ import (
 
 	"github.com/floodgate/floodgate"
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/fallback"
 	"github.com/floodgate/floodgate/storetest"
 )
 
 // PrepareSlots makes the flaky store keep concurrency limits, failing as
 // its mode says.
-func (f *flaky) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
-	p, err := f.Store.(core.SlotStore).PrepareSlots(spec)
+func (f *flaky) PrepareSlots(spec slot.Spec) (slot.Policy, error) {
+	p, err := f.Store.(slot.Store).PrepareSlots(spec)
 	if err != nil {
 		return nil, err
 	}
-	return &flakySlots{f: f, SlotPolicy: p}, nil
+	return &flakySlots{f: f, Policy: p}, nil
 }
 
 type flakySlots struct {
 	f *flaky
-	core.SlotPolicy
+	slot.Policy
 }
 
-func (p *flakySlots) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+func (p *flakySlots) Slot(ctx context.Context, key string, op slot.Op) (slot.Verdict, core.Source, error) {
 	if err := (&flakyPolicy{f: p.f}).fail(ctx); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	if mode(p.f.mode.Load()) == landing {
-		if op.Kind == core.Acquire {
-			p.SlotPolicy.Slot(ctx, key, op)
+		if op.Kind == slot.Acquire {
+			p.Policy.Slot(ctx, key, op)
 		}
-		return core.SlotVerdict{}, 0, fmt.Errorf("%w: i/o timeout", floodgate.ErrStore)
+		return slot.Verdict{}, 0, fmt.Errorf("%w: i/o timeout", floodgate.ErrStore)
 	}
 	if g := p.f.slotGate; g != nil {
 		if err := g(ctx, op); err != nil {
-			return core.SlotVerdict{}, 0, err
+			return slot.Verdict{}, 0, err
 		}
 	}
-	return p.SlotPolicy.Slot(ctx, key, op)
+	return p.Policy.Slot(ctx, key, op)
 }
 
 // TestSlotsFallback: while the primary fails, acquires get the mode's

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/redis/go-redis/v9"
@@ -20,7 +21,7 @@ import (
 // Concurrency limits (slots) on Redis. A key's permits are one sorted set,
 // <prefix>{key}:c, member the permit id and score its expiry in µs; the
 // key expires with its latest permit. slots.lua applies a batch of
-// operations, each core.SlotSpec.Step, in one script call, on Redis's
+// operations, each slot.Spec.Step, in one script call, on Redis's
 // TIME unless the Store has a Clock. The slots are the key's, whichever
 // limit applies to them, as a key's rate limit states are.
 //
@@ -71,9 +72,9 @@ type slotCall struct {
 	ctx  context.Context // the caller's
 	rkey string
 	slot int
-	op   core.SlotOp
-	spec core.SlotSpec
-	v    core.SlotVerdict
+	op   slot.Op
+	spec slot.Spec
+	v    slot.Verdict
 	err  error
 	// wake receives true when the call is to send batch, false when its
 	// result is set.
@@ -104,11 +105,11 @@ func (s *Store) SlotStats() SlotStats {
 
 type slotPolicy struct {
 	s    *Store
-	spec core.SlotSpec
+	spec slot.Spec
 }
 
-// PrepareSlots implements core.SlotStore.
-func (s *Store) PrepareSlots(spec core.SlotSpec) (core.SlotPolicy, error) {
+// PrepareSlots implements slot.Store.
+func (s *Store) PrepareSlots(spec slot.Spec) (slot.Policy, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -126,30 +127,30 @@ func (s *Store) slotKey(key string) string {
 	return s.prefix + "{" + key + "}:" + slotKeySuffix
 }
 
-// Slot implements core.SlotPolicy.
-func (p *slotPolicy) Slot(ctx context.Context, key string, op core.SlotOp) (core.SlotVerdict, core.Source, error) {
+// Slot implements slot.Policy.
+func (p *slotPolicy) Slot(ctx context.Context, key string, op slot.Op) (slot.Verdict, core.Source, error) {
 	if err := storekit.CheckSlotOp(key, op); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	s := p.s
 	if s.closed.Load() {
-		return core.SlotVerdict{}, 0, core.ErrClosed
+		return slot.Verdict{}, 0, core.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	c := &slotCall{ctx: ctx, rkey: s.slotKey(key), op: op, spec: p.spec, wake: make(chan bool, 1)}
 	if s.cluster {
 		c.slot = slotOf(c.rkey)
 	}
 	if err := s.slotDo(ctx, c); err != nil {
-		return core.SlotVerdict{}, 0, err
+		return slot.Verdict{}, 0, err
 	}
 	if c.err != nil {
-		if errors.Is(c.err, core.ErrInvalidPermit) {
-			return core.SlotVerdict{}, 0, c.err
+		if errors.Is(c.err, slot.ErrInvalidPermit) {
+			return slot.Verdict{}, 0, c.err
 		}
-		return core.SlotVerdict{}, 0, s.wrap(ctx, c.err)
+		return slot.Verdict{}, 0, s.wrap(ctx, c.err)
 	}
 	return c.v, core.SourceStore, nil
 }
@@ -309,9 +310,9 @@ func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {
 		// The key's TTL in ms for a permit's expiry a lease from now.
 		ttl := (c.spec.Lease+999)/1000 + s.extraTTL + 1
 		switch c.op.Kind {
-		case core.Release:
+		case slot.Release:
 			args = append(args, slotRelease, c.op.ID)
-		case core.Extend:
+		case slot.Extend:
 			args = append(args, slotExtend, c.spec.Lease, ttl, c.op.ID)
 		default:
 			args = append(args, slotAcquire, c.spec.Slots, c.spec.Lease, ttl, c.op.ID)
@@ -346,33 +347,33 @@ func (s *Store) slotResults(calls []*slotCall, res any, err error) {
 
 // slotAnswer returns the verdict of op from r, its answer in slots.lua's
 // reply.
-func slotAnswer(op core.SlotOp, r any) (core.SlotVerdict, error) {
+func slotAnswer(op slot.Op, r any) (slot.Verdict, error) {
 	switch r := r.(type) {
 	case int64: // 2*held + done: a release, or an extend not done
-		if r < 0 || op.Kind == core.Acquire || op.Kind == core.Extend && r&1 == 1 {
-			return core.SlotVerdict{}, errSlotReply
+		if r < 0 || op.Kind == slot.Acquire || op.Kind == slot.Extend && r&1 == 1 {
+			return slot.Verdict{}, errSlotReply
 		}
-		return core.SlotVerdict{OK: r&1 == 1, Held: r >> 1}, nil
+		return slot.Verdict{OK: r&1 == 1, Held: r >> 1}, nil
 	case string:
 		if strings.HasPrefix(r, "FLOODGATE ") {
 			if msg, ok := strings.CutPrefix(r, "FLOODGATE permit held already"); ok {
-				return core.SlotVerdict{}, fmt.Errorf("%w: permit %q is held already%s", core.ErrInvalidPermit, op.ID, msg)
+				return slot.Verdict{}, fmt.Errorf("%w: permit %q is held already%s", slot.ErrInvalidPermit, op.ID, msg)
 			}
-			return core.SlotVerdict{}, errors.New(r)
+			return slot.Verdict{}, errors.New(r)
 		}
 		// "E H", a done acquire or extend, or "-R H", a denied acquire.
 		a, b, ok := strings.Cut(r, " ")
 		t, err1 := strconv.ParseInt(a, 10, 64)
 		held, err2 := strconv.ParseInt(b, 10, 64)
-		if !ok || err1 != nil || err2 != nil || held < 0 || t == 0 || op.Kind == core.Release || t < 0 && op.Kind != core.Acquire {
-			return core.SlotVerdict{}, errSlotReply
+		if !ok || err1 != nil || err2 != nil || held < 0 || t == 0 || op.Kind == slot.Release || t < 0 && op.Kind != slot.Acquire {
+			return slot.Verdict{}, errSlotReply
 		}
 		if t < 0 {
-			return core.SlotVerdict{Held: held, Retry: -t}, nil
+			return slot.Verdict{Held: held, Retry: -t}, nil
 		}
-		return core.SlotVerdict{OK: true, Held: held, Expiry: t}, nil
+		return slot.Verdict{OK: true, Held: held, Expiry: t}, nil
 	}
-	return core.SlotVerdict{}, errSlotReply
+	return slot.Verdict{}, errSlotReply
 }
 
 //go:embed slotspeek.lua
@@ -380,18 +381,18 @@ var slotsPeekSource string
 
 var slotsPeekScript = redis.NewScript(slotsPeekSource)
 
-var _ core.SlotInspector = (*slotPolicy)(nil)
+var _ slot.Inspector = (*slotPolicy)(nil)
 
-// InspectSlots implements core.SlotInspector: one script call of its own
+// InspectSlots implements slot.Inspector: one script call of its own
 // (slotspeek.lua, read-only, within ACLCommands), not batched, since it
 // serves the explain API and not decisions.
-func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotInspection, error) {
+func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (slot.Inspection, error) {
 	if err := storekit.CheckKey(key); err != nil {
-		return core.SlotInspection{}, err
+		return slot.Inspection{}, err
 	}
 	s := p.s
 	if s.closed.Load() {
-		return core.SlotInspection{}, core.ErrClosed
+		return slot.Inspection{}, core.ErrClosed
 	}
 	now := int64(-1)
 	if s.clock != nil {
@@ -399,10 +400,10 @@ func (p *slotPolicy) InspectSlots(ctx context.Context, key string) (core.SlotIns
 	}
 	res, err := slotsPeekScript.Run(ctx, s.client, []string{s.slotKey(key)}, now).Int64Slice()
 	if err != nil {
-		return core.SlotInspection{}, s.wrap(ctx, err)
+		return slot.Inspection{}, s.wrap(ctx, err)
 	}
 	if len(res) != 3 {
-		return core.SlotInspection{}, fmt.Errorf("%w: %w", core.ErrStore, errSlotReply)
+		return slot.Inspection{}, fmt.Errorf("%w: %w", core.ErrStore, errSlotReply)
 	}
-	return core.SlotInspection{Now: res[0], Held: res[1], Earliest: res[2], Source: core.SourceStore}, nil
+	return slot.Inspection{Now: res[0], Held: res[1], Earliest: res[2], Source: core.SourceStore}, nil
 }

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/core"
-
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/storetest"
@@ -18,7 +17,7 @@ import (
 // call each, several on one key, of two limits on the same keys, with
 // duplicate acquires, double releases, releases and extends after expiry
 // and a key of the wrong type among them, and holds every answer to
-// core.SlotSpec.Step applied in the batch's order, and every key's TTL to
+// slot.Spec.Step applied in the batch's order, and every key's TTL to
 // its latest permit: slots.lua reads a key's size and sweeps it once per
 // call, which FuzzSlots (one operation per call) does not reach.
 func TestSlotBatchesMatchStep(t *testing.T) {
@@ -31,9 +30,9 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 	if err := admin.Set(ctx, s.slotKey("bad"), "x", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	specs := []core.SlotSpec{{Slots: 3, Lease: 40_000}, {Slots: 5, Lease: 100_000}}
+	specs := []slot.Spec{{Slots: 3, Lease: 40_000}, {Slots: 5, Lease: 100_000}}
 	keys := []string{"a", "b", "bad"}
-	state := map[string]core.SlotState{}
+	state := map[string]slot.State{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var ids []string // every id acquired, held or not
 	for round := range 400 {
@@ -42,8 +41,8 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 		calls := make([]*slotCall, 1+rng.IntN(6))
 		for i := range calls {
 			key := keys[rng.IntN(len(keys))]
-			op := core.SlotOp{Kind: core.SlotOpKind(1 + rng.IntN(3))}
-			if op.Kind == core.Acquire && (len(ids) == 0 || rng.IntN(8) > 0) {
+			op := slot.Op{Kind: slot.OpKind(1 + rng.IntN(3))}
+			if op.Kind == slot.Acquire && (len(ids) == 0 || rng.IntN(8) > 0) {
 				var b [16]byte
 				for j := range b {
 					b[j] = byte(rng.Uint32())
@@ -76,14 +75,14 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 				}
 			}
 			if key == "bad" {
-				if c.err == nil || errors.Is(c.err, core.ErrInvalidPermit) {
+				if c.err == nil || errors.Is(c.err, slot.ErrInvalidPermit) {
 					t.Fatalf("round %d op %d: %s on a string: %v, want a wrong type error", round, i, c.op.Kind, c.err)
 				}
 				continue
 			}
 			st, want, err := c.spec.Step(state[key], now, c.op)
 			if err != nil {
-				if !errors.Is(c.err, core.ErrInvalidPermit) {
+				if !errors.Is(c.err, slot.ErrInvalidPermit) {
 					t.Fatalf("round %d op %d: %s %q on %s: %+v, %v; want %v", round, i, c.op.Kind, c.op.ID, key, c.v, c.err, err)
 				}
 				continue

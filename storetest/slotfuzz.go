@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 )
 
 // slotReference is the simplest model of a concurrency limit, written
-// apart from core.SlotSpec.Step to check it: per key, a map of permit ids
+// apart from slot.Spec.Step to check it: per key, a map of permit ids
 // to expiries in µs.
 type slotReference struct {
 	n, lease int64
@@ -31,11 +31,11 @@ func (r *slotReference) live(key string, now int64) map[string]int64 {
 	return m
 }
 
-func (r *slotReference) apply(key string, op core.SlotOpKind, id string, now int64) floodgate.SlotResult {
+func (r *slotReference) apply(key string, op slot.OpKind, id string, now int64) floodgate.SlotResult {
 	m := r.live(key, now)
 	var res floodgate.SlotResult
 	switch op {
-	case core.Acquire:
+	case slot.Acquire:
 		if int64(len(m)) < r.n {
 			m[id] = now + r.lease
 			res.Allowed, res.Permit = true, floodgate.Permit{Key: key, ID: id, Expires: time.UnixMicro(now + r.lease)}
@@ -48,12 +48,12 @@ func (r *slotReference) apply(key string, op core.SlotOpKind, id string, now int
 			}
 			res.RetryAfter = time.Duration(first-now) * time.Microsecond
 		}
-	case core.Release:
+	case slot.Release:
 		if _, ok := m[id]; ok {
 			delete(m, id)
 			res.Allowed = true
 		}
-	case core.Extend:
+	case slot.Extend:
 		if e, ok := m[id]; ok {
 			m[id] = max(e, now+r.lease)
 			res.Allowed, res.Permit = true, floodgate.Permit{Key: key, ID: id, Expires: time.UnixMicro(m[id])}
@@ -79,7 +79,7 @@ func CheckSlotSequence(newStore func(clock floodgate.Clock) floodgate.Store, dat
 	clock := NewClock(Base)
 	st := newStore(clock)
 	defer st.Close()
-	if _, ok := st.(core.SlotStore); !ok {
+	if _, ok := st.(slot.Store); !ok {
 		return nil
 	}
 	c, err := floodgate.NewConcurrency(st, n, lease, nil)
@@ -99,10 +99,10 @@ func CheckSlotSequence(newStore func(clock floodgate.Clock) floodgate.Store, dat
 		// scenarios step back on one key, where every store agrees.
 		clock.Advance(lease / 16 * time.Duration(b2%24))
 		now := clock.Now().UnixMicro()
-		kind := core.SlotOpKind(b0%3) + 1
+		kind := slot.OpKind(b0%3) + 1
 		var got floodgate.SlotResult
 		var p floodgate.Permit
-		if kind == core.Acquire {
+		if kind == slot.Acquire {
 			got, err = c.Acquire(ctx, keys[int(b0>>2)%len(keys)])
 			if err != nil {
 				return fmt.Errorf("op %d: acquire: %w", i/3, err)
@@ -118,7 +118,7 @@ func CheckSlotSequence(newStore func(clock floodgate.Clock) floodgate.Store, dat
 				continue
 			}
 			p = permits[int(b1)%len(permits)]
-			if kind == core.Release {
+			if kind == slot.Release {
 				got, err = c.Release(ctx, p)
 			} else {
 				got, err = c.Extend(ctx, p)

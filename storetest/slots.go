@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 )
 
 // SlotOp is what a SlotStep does.
@@ -103,13 +103,13 @@ func SlotScenarios() []SlotScenario {
 	}
 }
 
-// NewSlotStore returns newStore's store as a core.SlotStore, or skips t
+// NewSlotStore returns newStore's store as a slot.Store, or skips t
 // when the store keeps no concurrency limits.
 func slotStore(t *testing.T, newStore NewStore, clock *Clock) floodgate.Store {
 	t.Helper()
 	st := newStore(t, clock)
 	t.Cleanup(func() { st.Close() })
-	if _, ok := st.(core.SlotStore); !ok {
+	if _, ok := st.(slot.Store); !ok {
 		t.Skipf("the store (%T) keeps no concurrency limits", st)
 	}
 	return st
@@ -241,7 +241,7 @@ func runSlotInspect(t *testing.T, newStore NewStore) {
 
 // RunSlots runs the concurrency limit section of the suite: the
 // scenarios, bad input, groups all or nothing, and many goroutines on
-// one key. A store that does not implement core.SlotStore skips it.
+// one key. A store that does not implement slot.Store skips it.
 func RunSlots(t *testing.T, newStore NewStore) {
 	for _, sc := range SlotScenarios() {
 		t.Run(sc.Name, func(t *testing.T) {
@@ -300,17 +300,17 @@ func runSlotErrors(t *testing.T, newStore NewStore) {
 		t.Errorf("acquire on an empty key: %v", err)
 	}
 	// An acquire naming a permit that is held already is an error
-	// (core.SlotSpec.Step), on a full key as on one with room: a store
+	// (slot.Spec.Step), on a full key as on one with room: a store
 	// that checked the room first would deny it on a full key instead.
-	spec, err := core.NewSlots(1, sec)
+	spec, err := slot.New(1, sec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := st.(core.SlotStore).PrepareSlots(spec)
+	pol, err := st.(slot.Store).PrepareSlots(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, _, err := pol.Slot(ctx, p.Key, core.SlotOp{Kind: core.Acquire, ID: p.ID}); !errors.Is(err, floodgate.ErrInvalidPermit) {
+	if v, _, err := pol.Slot(ctx, p.Key, slot.Op{Kind: slot.Acquire, ID: p.ID}); !errors.Is(err, floodgate.ErrInvalidPermit) {
 		t.Errorf("acquire of the held permit on a full key: %+v %v, want ErrInvalidPermit", v, err)
 	}
 	// Nothing above changed the key: the permit is still held, once.

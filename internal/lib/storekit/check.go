@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 )
 
 // IsInvalidInput reports whether err says that the request, not the
@@ -15,7 +16,7 @@ import (
 func IsInvalidInput(err error) bool {
 	return errors.Is(err, core.ErrInvalidKey) || errors.Is(err, core.ErrInvalidCost) ||
 		errors.Is(err, core.ErrInvalidLimit) || errors.Is(err, core.ErrNoLimits) ||
-		errors.Is(err, core.ErrInvalidPermit)
+		errors.Is(err, slot.ErrInvalidPermit)
 }
 
 // CheckKey returns nil for a usable key, or an error wrapping
@@ -148,17 +149,17 @@ func CheckRebase(scope string, st core.Strategy) error {
 	return nil
 }
 
-// CheckSlotOp returns nil for an operation a SlotPolicy can apply on key:
+// CheckSlotOp returns nil for an operation a slot.Policy can apply on key:
 // CheckKey's error for the key, else CheckPermitID's for the id, else an
 // error wrapping core.ErrInvalidLimit for an unknown kind.
-func CheckSlotOp(key string, op core.SlotOp) error {
+func CheckSlotOp(key string, op slot.Op) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
 	if err := CheckPermitID(key, op.ID); err != nil {
 		return err
 	}
-	if op.Kind < core.Acquire || op.Kind > core.Extend {
+	if op.Kind < slot.Acquire || op.Kind > slot.Extend {
 		return fmt.Errorf("%w: unknown slot operation %d", core.ErrInvalidLimit, op.Kind)
 	}
 	return nil

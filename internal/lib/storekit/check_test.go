@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 )
 
 func must(s core.Spec, err error) core.Spec {
@@ -47,7 +48,7 @@ func id(key string, b byte) string { return NewPermitID(key, [16]byte{b}) }
 
 func TestPermitIDs(t *testing.T) {
 	a := id("k", 1)
-	if len(a) != PermitIDLen || PermitIDLen > core.MaxPermitIDLen {
+	if len(a) != PermitIDLen || PermitIDLen > slot.MaxPermitIDLen {
 		t.Fatalf("len(%q) = %d", a, len(a))
 	}
 	if err := CheckPermitID("k", a); err != nil {
@@ -55,21 +56,21 @@ func TestPermitIDs(t *testing.T) {
 	}
 	for _, tc := range []struct{ key, id, want string }{
 		{"k", "", "empty"},
-		{"k", strings.Repeat("a", core.MaxPermitIDLen+1), "more than the maximum"},
+		{"k", strings.Repeat("a", slot.MaxPermitIDLen+1), "more than the maximum"},
 		{"k", "abc", "not a permit id"},
 		{"k", strings.ToUpper(a), "not a permit id"},
 		{"k", a[:32] + "+" + a[33:], "not a permit id"},
 		{"other", a, "another key"},
 	} {
 		err := CheckPermitID(tc.key, tc.id)
-		if !errors.Is(err, core.ErrInvalidPermit) || !strings.Contains(err.Error(), tc.want) || !IsInvalidInput(err) {
+		if !errors.Is(err, slot.ErrInvalidPermit) || !strings.Contains(err.Error(), tc.want) || !IsInvalidInput(err) {
 			t.Errorf("CheckPermitID(%q, %q) = %v, want %q", tc.key, tc.id, err, tc.want)
 		}
 	}
-	if err := CheckSlotOp("k", core.SlotOp{Kind: 9, ID: a}); !errors.Is(err, core.ErrInvalidLimit) {
+	if err := CheckSlotOp("k", slot.Op{Kind: 9, ID: a}); !errors.Is(err, core.ErrInvalidLimit) {
 		t.Errorf("unknown kind: %v", err)
 	}
-	if err := CheckSlotOp("", core.SlotOp{Kind: core.Acquire, ID: a}); !errors.Is(err, core.ErrInvalidKey) {
+	if err := CheckSlotOp("", slot.Op{Kind: slot.Acquire, ID: a}); !errors.Is(err, core.ErrInvalidKey) {
 		t.Errorf("empty key: %v", err)
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"hash/fnv"
 
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 )
 
 // PermitIDLen is the length of the ids NewPermitID makes: 32 hex digits
 // of randomness, '-', and 8 hex digits tagging the key. It is at most
-// core.MaxPermitIDLen.
+// slot.MaxPermitIDLen.
 const PermitIDLen = 32 + 1 + 8
 
 // NewPermitID returns a permit id for key from 16 random bytes: 32 hex
@@ -38,28 +38,28 @@ func keyTag(key string) uint32 {
 }
 
 // CheckPermitID returns nil when id could be a permit that NewPermitID
-// made for key, and otherwise an error wrapping core.ErrInvalidPermit that
-// says why: empty, longer than core.MaxPermitIDLen, not of the form, or
+// made for key, and otherwise an error wrapping slot.ErrInvalidPermit that
+// says why: empty, longer than slot.MaxPermitIDLen, not of the form, or
 // tagged for another key.
 func CheckPermitID(key, id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("%w: empty permit id", core.ErrInvalidPermit)
-	case len(id) > core.MaxPermitIDLen:
-		return fmt.Errorf("%w: permit id is %d bytes, more than the maximum %d", core.ErrInvalidPermit, len(id), core.MaxPermitIDLen)
+		return fmt.Errorf("%w: empty permit id", slot.ErrInvalidPermit)
+	case len(id) > slot.MaxPermitIDLen:
+		return fmt.Errorf("%w: permit id is %d bytes, more than the maximum %d", slot.ErrInvalidPermit, len(id), slot.MaxPermitIDLen)
 	}
 	if len(id) != PermitIDLen || id[32] != '-' {
-		return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", core.ErrInvalidPermit, id)
+		return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", slot.ErrInvalidPermit, id)
 	}
 	for i := 0; i < PermitIDLen; i++ {
 		c := id[i]
 		if i != 32 && !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", core.ErrInvalidPermit, id)
+			return fmt.Errorf("%w: %q is not a permit id (32 hex digits, '-', 8 hex digits)", slot.ErrInvalidPermit, id)
 		}
 	}
 	want := NewPermitID(key, [16]byte{})[33:]
 	if id[33:] != want {
-		return fmt.Errorf("%w: permit %q was issued for another key", core.ErrInvalidPermit, id)
+		return fmt.Errorf("%w: permit %q was issued for another key", slot.ErrInvalidPermit, id)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/internal/lib/arith"
 )
 
@@ -43,7 +44,7 @@ func (s *Service) explainSlots(ctx context.Context, domain string, dom *envoyDom
 	if err != nil {
 		return true, err
 	}
-	si, ok := p.(core.SlotInspector)
+	si, ok := p.(slot.Inspector)
 	if !ok {
 		return true, fmt.Errorf("envoy: the store cannot inspect a key's slots: %w", errors.ErrUnsupported)
 	}

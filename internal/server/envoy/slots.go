@@ -13,7 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/floodgate/floodgate"
-	"github.com/floodgate/floodgate/core"
+	"github.com/floodgate/floodgate/core/slot"
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/floodgate/floodgate/internal/server/config"
 )
@@ -33,15 +33,15 @@ import (
 // request-time call acquired. Without that entry an acquire still takes
 // a slot, which then frees itself after the lease.
 
-// slotPolicies holds the SlotPolicy of each (slots, lease) the domains
+// slotPolicies holds the slot.Policy of each (slots, lease) the domains
 // use: few, so kept for the Service's life.
 type slotPolicies struct {
 	mu sync.Mutex
-	m  map[core.SlotSpec]core.SlotPolicy
+	m  map[slot.Spec]slot.Policy
 }
 
-func (s *Service) slotPolicy(c *config.Slots) (core.SlotPolicy, core.SlotSpec, error) {
-	spec, err := core.NewSlots(c.Slots, c.Lease)
+func (s *Service) slotPolicy(c *config.Slots) (slot.Policy, slot.Spec, error) {
+	spec, err := slot.New(c.Slots, c.Lease)
 	if err != nil {
 		return nil, spec, err
 	}
@@ -50,7 +50,7 @@ func (s *Service) slotPolicy(c *config.Slots) (core.SlotPolicy, core.SlotSpec, e
 	if p, ok := s.slots.m[spec]; ok {
 		return p, spec, nil
 	}
-	ss, ok := s.store.(core.SlotStore)
+	ss, ok := s.store.(slot.Store)
 	if !ok {
 		return nil, spec, fmt.Errorf("%w: the store keeps no concurrency limits", floodgate.ErrInvalidLimit)
 	}
@@ -59,7 +59,7 @@ func (s *Service) slotPolicy(c *config.Slots) (core.SlotPolicy, core.SlotSpec, e
 		return nil, spec, err
 	}
 	if s.slots.m == nil {
-		s.slots.m = map[core.SlotSpec]core.SlotPolicy{}
+		s.slots.m = map[slot.Spec]slot.Policy{}
 	}
 	s.slots.m[spec] = p
 	return p, spec, nil
@@ -68,10 +68,10 @@ func (s *Service) slotPolicy(c *config.Slots) (core.SlotPolicy, core.SlotSpec, e
 // slotCheck is one concurrency descriptor of a request.
 type slotCheck struct {
 	index   int
-	policy  core.SlotPolicy
+	policy  slot.Policy
 	key, id string
 	release bool
-	v       core.SlotVerdict
+	v       slot.Verdict
 }
 
 // slotsFirst decides the request when its domain has concurrency
@@ -119,7 +119,7 @@ func (s *Service) slotsFirst(ctx context.Context, req *rlsv3.RateLimitRequest) (
 		case c.release && c.id == "":
 			// Nothing names the permit: it frees itself after its lease.
 		case c.release:
-			if c.v, _, err = c.policy.Slot(ctx, c.key, core.SlotOp{Kind: core.Release, ID: c.id}); err != nil {
+			if c.v, _, err = c.policy.Slot(ctx, c.key, slot.Op{Kind: slot.Release, ID: c.id}); err != nil {
 				return nil, true, err
 			}
 		case full:
@@ -133,13 +133,13 @@ func (s *Service) slotsFirst(ctx context.Context, req *rlsv3.RateLimitRequest) (
 				}
 				id = storekit.NewPermitID(c.key, r)
 			}
-			c.v, _, err = c.policy.Slot(ctx, c.key, core.SlotOp{Kind: core.Acquire, ID: id})
-			if errors.Is(err, core.ErrInvalidPermit) {
+			c.v, _, err = c.policy.Slot(ctx, c.key, slot.Op{Kind: slot.Acquire, ID: id})
+			if errors.Is(err, slot.ErrInvalidPermit) {
 				// The permit is held already. Envoy names a request by its
 				// x-request-id, which a client may choose: taken as held,
 				// one id reused would hold any number of requests in
 				// flight on one slot, so it is a denial.
-				c.v, err = core.SlotVerdict{}, nil
+				c.v, err = slot.Verdict{}, nil
 			}
 			if err != nil {
 				s.undoSlots(acquired)
@@ -187,7 +187,7 @@ func (s *Service) undoSlots(acquired []*slotCheck) {
 	for _, c := range acquired {
 		// The request's own context may be ending; the slot must come
 		// back.
-		c.policy.Slot(context.Background(), c.key, core.SlotOp{Kind: core.Release, ID: c.id})
+		c.policy.Slot(context.Background(), c.key, slot.Op{Kind: slot.Release, ID: c.id})
 	}
 }
 

@@ -1,4 +1,4 @@
-package core
+package slot
 
 import (
 	"context"
@@ -6,26 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"time"
-)
 
-// Concurrency limits (slots) bound how many requests on a key are in
-// flight at once, where the rate limits bound how often. A SlotSpec is N
-// slots per key with a lease L; Acquire takes a slot and returns a permit
-// (an id and an expiry), Release gives it back exactly once, Extend renews
-// it for another L, and a permit neither released nor extended within L
-// frees its slot by itself, so a holder that dies loses its slots at most
-// L later and never sooner.
-//
-// Slots are their own type rather than a Kind of Spec, because they share
-// nothing of a rate limit's contract but the key: an acquire returns a
-// permit that only its holder can give back, and release and extend name
-// that permit, where every Policy method takes a key and a cost. As a
-// Kind, every Store, the Lua protocol, overrides, carries, rebases,
-// refunds, forced charges, leases and the denial cache would each need a
-// meaning for "slots" that they do not have (what is a refund of a permit
-// nobody named, or a forced charge over N?), and every Take would carry a
-// permit id it does not use. A separate SlotStore keeps the rate limits'
-// contract as it is and gives the slots the three operations they need.
+	"github.com/floodgate/floodgate/core"
+)
 
 // The bounds on a concurrency limit.
 const (
@@ -35,7 +18,7 @@ const (
 	MaxSlots = 10000
 	// MaxPermitIDLen is the longest permit id that a store accepts (the
 	// ids that floodgate.Concurrency makes are floodgate.PermitIDLen
-	// bytes), so the most a store keeps of one: SlotSpec.Step rejects a
+	// bytes), so the most a store keeps of one: Spec.Step rejects a
 	// longer one.
 	MaxPermitIDLen = 64
 )
@@ -46,62 +29,79 @@ const (
 // longer) held is not an error: Release and Extend report it as not held.
 var ErrInvalidPermit = errors.New("floodgate: invalid permit")
 
-// SlotSpec is a concurrency limit compiled for deciding: N slots per key,
+// Spec is a concurrency limit compiled for deciding: N slots per key,
 // each held for a lease of Lease µs unless released or extended. Build one
-// with NewSlots. A SlotSpec is an immutable value, safe to copy and share.
-type SlotSpec struct {
+// with New. A Spec is an immutable value, safe to copy and share.
+type Spec struct {
 	// Name labels the limit in results and metrics; it has no effect on
 	// decisions.
 	Name string
 	// Slots is N, the most permits held at once on a key: 1 to MaxSlots.
 	Slots int64
 	// Lease is how long a permit lives without Extend, in µs: 1 to
-	// MaxPeriod.
+	// core.MaxPeriod.
 	Lease int64
 }
 
-// NewSlots returns the SlotSpec of n slots per key with the given lease.
-// The error wraps ErrInvalidLimit: n must be 1 to MaxSlots, the lease a
-// positive whole number of microseconds up to MaxPeriod.
-func NewSlots(n int64, lease time.Duration) (SlotSpec, error) {
+// New returns the Spec of n slots per key with the given lease. The
+// error wraps core.ErrInvalidLimit: n must be 1 to MaxSlots, the lease a
+// positive whole number of microseconds up to core.MaxPeriod.
+func New(n int64, lease time.Duration) (Spec, error) {
 	if n < 1 || n > MaxSlots {
-		return SlotSpec{}, fmt.Errorf("%w: concurrency limit must be between 1 and %d slots, got %d", ErrInvalidLimit, MaxSlots, n)
+		return Spec{}, fmt.Errorf("%w: concurrency limit must be between 1 and %d slots, got %d", core.ErrInvalidLimit, MaxSlots, n)
 	}
-	l, err := checkPeriod("concurrency lease", lease)
+	l, err := checkLease(lease)
 	if err != nil {
-		return SlotSpec{}, err
+		return Spec{}, err
 	}
-	return SlotSpec{Slots: n, Lease: l}, nil
+	return Spec{Slots: n, Lease: l}, nil
 }
 
-// Validate returns nil when s is a SlotSpec that NewSlots could have
-// returned, and an error wrapping ErrInvalidLimit otherwise.
-func (s SlotSpec) Validate() error {
-	if s.Lease > maxPeriodMicros {
-		return fmt.Errorf("%w: concurrency lease must be at most %s, got %dµs", ErrInvalidLimit, MaxPeriod, s.Lease)
+// maxLease is core.MaxPeriod in µs.
+const maxLease = int64(core.MaxPeriod / time.Microsecond)
+
+// checkLease returns the lease in µs, or an error wrapping
+// core.ErrInvalidLimit, with the bounds and words of core's periods.
+func checkLease(lease time.Duration) (int64, error) {
+	switch {
+	case lease <= 0:
+		return 0, fmt.Errorf("%w: concurrency lease period must be positive, got %s", core.ErrInvalidLimit, lease)
+	case lease%time.Microsecond != 0:
+		return 0, fmt.Errorf("%w: concurrency lease period must be a whole number of microseconds, got %s", core.ErrInvalidLimit, lease)
+	case lease > core.MaxPeriod:
+		return 0, fmt.Errorf("%w: concurrency lease period must be at most %s, got %s", core.ErrInvalidLimit, core.MaxPeriod, lease)
 	}
-	_, err := NewSlots(s.Slots, time.Duration(s.Lease)*time.Microsecond)
+	return int64(lease / time.Microsecond), nil
+}
+
+// Validate returns nil when s is a Spec that New could have returned,
+// and an error wrapping core.ErrInvalidLimit otherwise.
+func (s Spec) Validate() error {
+	if s.Lease > maxLease {
+		return fmt.Errorf("%w: concurrency lease must be at most %s, got %dµs", core.ErrInvalidLimit, core.MaxPeriod, s.Lease)
+	}
+	_, err := New(s.Slots, time.Duration(s.Lease)*time.Microsecond)
 	return err
 }
 
 // Share returns the 1/n share of s that one of n processes may hold on
 // its own: N/n slots, rounded down but at least 1, with the same lease.
 // A fallback store's local limiter applies it while Redis is away.
-func (s SlotSpec) Share(n int64) (SlotSpec, error) {
+func (s Spec) Share(n int64) (Spec, error) {
 	if n < 1 {
-		return SlotSpec{}, fmt.Errorf("%w: share must be of 1 or more instances, got %d", ErrInvalidLimit, n)
+		return Spec{}, fmt.Errorf("%w: share must be of 1 or more instances, got %d", core.ErrInvalidLimit, n)
 	}
 	s.Slots = max(1, s.Slots/n)
 	return s, nil
 }
 
-// SlotOpKind is what a SlotOp does.
-type SlotOpKind uint8
+// OpKind is what a Op does.
+type OpKind uint8
 
-// The slot operations. The zero SlotOpKind is none.
+// The slot operations. The zero OpKind is none.
 const (
 	// Acquire takes a slot for the permit ID if fewer than N are held.
-	Acquire SlotOpKind = iota + 1
+	Acquire OpKind = iota + 1
 	// Release gives back the permit ID's slot, if it is held.
 	Release
 	// Extend renews the permit ID for another lease, if it is held.
@@ -109,7 +109,7 @@ const (
 )
 
 // String returns "acquire", "release" or "extend".
-func (k SlotOpKind) String() string {
+func (k OpKind) String() string {
 	switch k {
 	case Acquire:
 		return "acquire"
@@ -118,31 +118,32 @@ func (k SlotOpKind) String() string {
 	case Extend:
 		return "extend"
 	}
-	return fmt.Sprintf("SlotOpKind(%d)", uint8(k))
+	return fmt.Sprintf("OpKind(%d)", uint8(k))
 }
 
-// SlotOp is one operation on a key's slots: its kind and the permit id it
+// Op is one operation on a key's slots: its kind and the permit id it
 // is about (for Acquire, the id the new permit gets).
-type SlotOp struct {
-	Kind SlotOpKind
+type Op struct {
+	Kind OpKind
 	ID   string
 }
 
-// Held is one live permit: its id and its expiry, in µs since the epoch.
-type Held struct {
+// Permit is one live permit as a store keeps it: its id and its expiry,
+// in µs since the epoch.
+type Permit struct {
 	ID     string
 	Expiry int64
 }
 
-// SlotState is one key's slots: the permits held, in the order they were
+// State is one key's slots: the permits held, in the order they were
 // acquired, expired ones included until an operation drops them. The
-// zero SlotState holds nothing.
-type SlotState struct {
-	Permits []Held
+// zero State holds nothing.
+type State struct {
+	Permits []Permit
 }
 
 // Live returns how many permits of st have not expired at now.
-func (st SlotState) Live(now int64) int64 {
+func (st State) Live(now int64) int64 {
 	var n int64
 	for _, p := range st.Permits {
 		if p.Expiry > now {
@@ -152,8 +153,8 @@ func (st SlotState) Live(now int64) int64 {
 	return n
 }
 
-// SlotVerdict is the answer to one SlotOp.
-type SlotVerdict struct {
+// Verdict is the answer to one Op.
+type Verdict struct {
 	// OK says the operation did what it asked: Acquire took a slot,
 	// Release gave one back, Extend renewed the permit. A Release or
 	// Extend of a permit that is not held (released already, expired,
@@ -187,12 +188,12 @@ type SlotVerdict struct {
 //
 // Errors wrap ErrInvalidPermit (an empty id, or one longer than
 // MaxPermitIDLen, rejected before the key is looked at; or a duplicate
-// acquire) or ErrInvalidLimit (an unknown op kind).
-func (s SlotSpec) Step(st SlotState, now int64, op SlotOp) (SlotState, SlotVerdict, error) {
+// acquire) or core.ErrInvalidLimit (an unknown op kind).
+func (s Spec) Step(st State, now int64, op Op) (State, Verdict, error) {
 	if err := checkIDShape(op.ID); err != nil {
-		return st, SlotVerdict{}, err
+		return st, Verdict{}, err
 	}
-	live := make([]Held, 0, len(st.Permits)+1)
+	live := make([]Permit, 0, len(st.Permits)+1)
 	at := -1
 	for _, p := range st.Permits {
 		if p.Expiry > now {
@@ -202,11 +203,11 @@ func (s SlotSpec) Step(st SlotState, now int64, op SlotOp) (SlotState, SlotVerdi
 			live = append(live, p)
 		}
 	}
-	var v SlotVerdict
+	var v Verdict
 	switch op.Kind {
 	case Acquire:
 		if at >= 0 {
-			return st, SlotVerdict{}, fmt.Errorf("%w: permit %q is held already", ErrInvalidPermit, op.ID)
+			return st, Verdict{}, fmt.Errorf("%w: permit %q is held already", ErrInvalidPermit, op.ID)
 		}
 		if int64(len(live)) >= s.Slots {
 			earliest := live[0].Expiry
@@ -217,7 +218,7 @@ func (s SlotSpec) Step(st SlotState, now int64, op SlotOp) (SlotState, SlotVerdi
 			break
 		}
 		v.OK, v.Expiry = true, now+s.Lease
-		live = append(live, Held{ID: op.ID, Expiry: v.Expiry})
+		live = append(live, Permit{ID: op.ID, Expiry: v.Expiry})
 	case Release:
 		if at >= 0 {
 			v.OK = true
@@ -230,18 +231,18 @@ func (s SlotSpec) Step(st SlotState, now int64, op SlotOp) (SlotState, SlotVerdi
 			v.Expiry = live[at].Expiry
 		}
 	default:
-		return st, SlotVerdict{}, fmt.Errorf("%w: unknown slot operation %d", ErrInvalidLimit, op.Kind)
+		return st, Verdict{}, fmt.Errorf("%w: unknown slot operation %d", core.ErrInvalidLimit, op.Kind)
 	}
 	v.Held = int64(len(live))
 	if len(live) == 0 {
 		live = nil
 	}
-	return SlotState{Permits: live}, v, nil
+	return State{Permits: live}, v, nil
 }
 
 // Hold returns how long the key must be kept after now: until its latest
 // permit expires; 0 when it holds none.
-func (st SlotState) Hold(now int64) int64 {
+func (st State) Hold(now int64) int64 {
 	var h int64
 	for _, p := range st.Permits {
 		h = max(h, p.Expiry-now)
@@ -260,44 +261,48 @@ func checkIDShape(id string) error {
 	return nil
 }
 
-// SlotStore is implemented by a Store that keeps concurrency limits: the
-// memory store, the Redis store and the fallback store. It is optional;
-// package floodgate's NewConcurrency reports a store without it.
-type SlotStore interface {
-	// PrepareSlots validates spec and returns the SlotPolicy that applies
-	// it. It does no I/O. Its errors wrap ErrInvalidLimit or ErrClosed.
-	PrepareSlots(spec SlotSpec) (SlotPolicy, error)
+// Store is implemented by a core.Store that keeps concurrency limits:
+// the memory store, the Redis store and the fallback store. It is
+// optional; package floodgate's NewConcurrency reports a store without
+// it.
+type Store interface {
+	// PrepareSlots validates spec and returns the Policy that applies
+	// it. It does no I/O. Its errors wrap core.ErrInvalidLimit or
+	// core.ErrClosed.
+	PrepareSlots(spec Spec) (Policy, error)
 }
 
-// SlotPolicy applies one concurrency limit to keys.
-type SlotPolicy interface {
+// Policy applies one concurrency limit to keys.
+type Policy interface {
 	// Slot applies op to key's slots, atomically, at the store's time, as
-	// SlotSpec.Step does, and returns its verdict. Errors: for bad input,
-	// ErrInvalidKey (a key that Take would refuse), ErrInvalidPermit (an
-	// id that SlotSpec.Step refuses; floodgate.Concurrency checks the
-	// form of the ids it makes before it calls Slot) or ErrInvalidLimit
-	// (an unknown op kind); the context's, ErrStore (ErrKey for that key alone), ErrClosed. A denied
-	// acquire, or a release of a permit not held, is a verdict, not an
+	// Spec.Step does, and returns its verdict. Errors: for bad input,
+	// core.ErrInvalidKey (a key that core.Policy's Take would refuse),
+	// ErrInvalidPermit (an id that Spec.Step refuses;
+	// floodgate.Concurrency checks the form of the ids it makes before it
+	// calls Slot) or core.ErrInvalidLimit (an unknown op kind); the
+	// context's, core.ErrStore (core.ErrKey for that key alone),
+	// core.ErrClosed. A denied acquire, or a release of a permit not held, is a verdict, not an
 	// error. A store that fails may or may not have applied the op: an
 	// acquire's permit then expires after its lease at the latest.
-	Slot(ctx context.Context, key string, op SlotOp) (SlotVerdict, Source, error)
+	Slot(ctx context.Context, key string, op Op) (Verdict, core.Source, error)
 }
 
-// SlotInspector is implemented by a SlotPolicy that can report a key's
-// slots without changing them, as the memory, Redis and fallback stores'
+// Inspector is implemented by a Policy that can report a key's slots
+// without changing them, as the memory, Redis and fallback stores'
 // do. It is for explaining decisions (floodgate serve's explain API), not
 // for making them: another process may take or give back a slot the
 // moment after.
-type SlotInspector interface {
+type Inspector interface {
 	// InspectSlots reports key's live permits at the store's time,
 	// changing nothing: expired permits are not dropped, a key's TTL is
-	// not touched. Errors: ErrInvalidKey (a key that Take would refuse),
-	// the context's, ErrStore (ErrKey for that key alone), ErrClosed.
-	InspectSlots(ctx context.Context, key string) (SlotInspection, error)
+	// not touched. Errors: core.ErrInvalidKey (a key that core.Policy's
+	// Take would refuse), the context's, core.ErrStore (core.ErrKey for
+	// that key alone), core.ErrClosed.
+	InspectSlots(ctx context.Context, key string) (Inspection, error)
 }
 
-// SlotInspection is what SlotInspector.InspectSlots reports of a key.
-type SlotInspection struct {
+// Inspection is what Inspector.InspectSlots reports of a key.
+type Inspection struct {
 	// Now is the store's time of the look, µs since the epoch.
 	Now int64
 	// Held is how many permits are live at Now.
@@ -308,14 +313,14 @@ type SlotInspection struct {
 	Earliest int64
 	// Source says who answered: the store, or a fallback's mode while
 	// its primary fails.
-	Source Source
+	Source core.Source
 	// Fallback is set by a fallback store; nil otherwise.
-	Fallback *SlotFallbackInspection
+	Fallback *FallbackInspection
 }
 
-// SlotFallbackInspection is what a fallback store reports of a key's
+// FallbackInspection is what a fallback store reports of a key's
 // slots besides its primary's.
-type SlotFallbackInspection struct {
+type FallbackInspection struct {
 	// Mode is the failure mode: "local", "fail-open" or "fail-closed".
 	Mode string
 	// Degraded reports that the key's primary is failing (its breaker is
@@ -329,13 +334,13 @@ type SlotFallbackInspection struct {
 	// expired even once it answers again. In the fail-open mode, the
 	// permits this process granted open and still remembers, which the
 	// primary does not count. Nil in the fail-closed mode.
-	Local *SlotInspection
+	Local *Inspection
 }
 
 // InspectState is what a store that keeps st holds for the key at now:
 // its live permits and the earliest expiry among them.
-func (st SlotState) InspectState(now int64) SlotInspection {
-	in := SlotInspection{Now: now}
+func (st State) InspectState(now int64) Inspection {
+	in := Inspection{Now: now}
 	for _, p := range st.Permits {
 		if p.Expiry > now {
 			in.Held++
