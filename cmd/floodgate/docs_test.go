@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -506,6 +507,52 @@ func TestRecursive(t *testing.T) {
 	} {
 		if got := recursive.MatchString(line); got != want {
 			t.Errorf("recursive(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
+
+// TestLayout holds docs/design.md's layout to the tree: every package of
+// the module (commands, examples and the doc-only groups of internal/
+// aside) is named in the first column of a row of its table.
+func TestLayout(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	design, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, line := range strings.Split(string(design), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || cells[0] != "" {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
+			named[strings.TrimSuffix(m[1], "/")] = true
+		}
+	}
+	var dirs []string
+	for _, top := range []string{"core", "internal", "redisstore", "fallback", "storetest", "httplimit", "grpclimit"} {
+		filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || d.Name() == "testdata" {
+				return err
+			}
+			gos, _ := filepath.Glob(filepath.Join(path, "*.go"))
+			if len(gos) > 0 && !(len(gos) == 1 && filepath.Base(gos[0]) == "doc.go") {
+				rel, _ := filepath.Rel(root, path)
+				dirs = append(dirs, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+	}
+	if len(dirs) < 20 {
+		t.Fatalf("found only %d packages: %v", len(dirs), dirs)
+	}
+	for _, d := range dirs {
+		if !named[d] {
+			t.Errorf("docs/design.md's layout has no row for %s", d)
 		}
 	}
 }
