@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -520,5 +521,65 @@ func TestCrossSlotHotKeys(t *testing.T) {
 		if errs[i] != nil || got != want {
 			t.Errorf("request %d on %s: remaining %d (allowed %v), error %v; want %d", i, k, ds[i].Remaining, ds[i].Allowed, errs[i], want)
 		}
+	}
+}
+
+// TestCrossSlotWrongType: in a cross-slot call of lone requests, one on a
+// key whose state holds a value of another type fails alone, as a call
+// of its slot alone would fail it, and the others are decided, whether
+// the master reads its slots EXISTS first (after slots of new keys) or
+// MGET first (after slots of keys that hold states).
+func TestCrossSlotWrongType(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	client := cluster.Client(t)
+	for i, spec := range bucketAndWindow(t) {
+		name := [...]string{"bucket", "window"}[i] // a quota of 3 an hour each
+		t.Run(name, func(t *testing.T) {
+			prefix := "xw" + strconv.Itoa(i) + ":"
+			st := newStore(t, client, &redisstore.Options{Prefix: prefix, Clock: storetest.NewClock(storetest.Base)})
+			st.CheckDeclaredKeys()
+			pol, err := st.Prepare([]core.Spec{spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			master := st.Partition("w0")
+			var keys []string
+			for j := 0; len(keys) < 24; j++ {
+				if k := "w" + strconv.Itoa(j); st.Partition(k) == master {
+					keys = append(keys, k)
+				}
+			}
+			wrong := map[string]bool{keys[11]: true, keys[23]: true}
+			suffix := map[core.Kind]string{core.Bucket: ":0b", core.Fixed: ":0f"}[spec.Kind]
+			for k := range wrong {
+				if err := client.HSet(ctx, prefix+"{"+k+"}"+suffix, "f", "v").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Round 0: twelve slots of new keys, then one of another type
+			// (EXISTS first), twelve more. Round 1: the same keys, which
+			// now hold states but the two (MGET first).
+			for round := range 2 {
+				before := st.Stats().ScriptCalls
+				ds, errs := st.TakePipeline(ctx, pol, keys, 1)
+				if calls := st.Stats().ScriptCalls - before; calls != 1 {
+					t.Errorf("round %d: %d script calls, want 1", round, calls)
+				}
+				for j, k := range keys {
+					switch {
+					case wrong[k] && (!errors.Is(errs[j], floodgate.ErrStore) || !strings.Contains(errs[j].Error(), "wrong type")):
+						t.Errorf("round %d, key %s of another type: error %v, want ErrStore, wrong type", round, k, errs[j])
+					case !wrong[k] && (errs[j] != nil || !ds[j].Allowed || ds[j].Remaining != int64(2-round)):
+						t.Errorf("round %d, key %s: %+v, error %v; want allowed, %d remaining", round, k, ds[j], errs[j], 2-round)
+					}
+				}
+			}
+			for k := range wrong {
+				if typ := client.Type(ctx, prefix+"{"+k+"}"+suffix).Val(); typ != "hash" {
+					t.Errorf("key %s holds a %s, want its hash untouched", k, typ)
+				}
+			}
+		})
 	}
 }

@@ -17,15 +17,16 @@ import (
 // sends, reads or bounds by them, so they have no Go twin to drift from.
 // Any other constant in the Lua must be one of Go's, written {{NAME}}.
 var luaOwn = map[string]string{
-	"TWO53":      "doubles' exact range, a fact of Lua's numbers",
-	"TAKE":       "a step's mode inside Lua; the wire says it by the cost's sign and \"r\"",
-	"CHARGE":     "as TAKE",
-	"REFUND":     "as TAKE",
-	"MARKS":      "the state tags markOverridden rewrites: states are Lua's alone",
-	"NUMS_MAX":   "the size of a cache inside Lua",
-	"SPECS_MAX":  "the size of a cache inside Lua",
-	"POOL_MAX":   "the size of a pool inside Lua",
-	"UNPACK_MAX": "Lua's C stack bounds a command's arguments",
+	"TWO53":         "doubles' exact range, a fact of Lua's numbers",
+	"TAKE":          "a step's mode inside Lua; the wire says it by the cost's sign and \"r\"",
+	"CHARGE":        "as TAKE",
+	"REFUND":        "as TAKE",
+	"MARKS":         "the state tags markOverridden rewrites: states are Lua's alone",
+	"NUMS_MAX":      "the size of a cache inside Lua",
+	"SPECS_MAX":     "the size of a cache inside Lua",
+	"POOL_MAX":      "the size of a pool inside Lua",
+	"UNPACK_MAX":    "Lua's C stack bounds a command's arguments",
+	"CROSS_NEW_MAX": "the bound of a counter inside Lua, of what a master's slots held lately",
 }
 
 // luaSources are the Lua files, by name.
