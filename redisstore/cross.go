@@ -121,7 +121,7 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 			continue
 		}
 		parts = append(parts, crossPart{group: g, frame: f})
-		nargs += 2 + len(f.keys) + len(f.args)
+		nargs += 1 + len(f.keys) + len(f.args)
 	}
 	if len(parts) < 2 {
 		return groups
@@ -131,19 +131,22 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 		return groups // no view of the Cluster yet: the per-slot path loads it
 	}
 	// FCALL's own arguments first (no keys declared: see argKeysArgs),
-	// so that the command is argv itself, not a copy.
-	argv := make([]any, 3, 3+nargs)
+	// so that the command is argv itself, not a copy; then the parts'
+	// sizes, in one argument rather than one each, as each argument
+	// costs Redis a string for Lua.
+	argv := make([]any, 4, 4+nargs)
 	argv[0], argv[1], argv[2] = "fcall", s.scripts.crossFn, 0
+	sizes := make([]byte, 0, 8*len(parts))
 	for _, p := range parts {
-		var head [8]byte
-		binary.BigEndian.PutUint32(head[:], uint32(len(p.keys)))
-		binary.BigEndian.PutUint32(head[4:], uint32(len(p.args)))
-		argv = append(argv, string(head[:]), p.keys[0]+crossProbe)
+		sizes = binary.BigEndian.AppendUint32(sizes, uint32(len(p.keys)))
+		sizes = binary.BigEndian.AppendUint32(sizes, uint32(len(p.args)))
+		argv = append(argv, p.keys[0]+crossProbe)
 		for _, k := range p.keys {
 			argv = append(argv, k)
 		}
 		argv = append(argv, p.args...)
 	}
+	argv[3] = sizes
 	res, err := s.runCross(ctx, node, argv)
 	if err != nil {
 		var again [][]*call

@@ -7,9 +7,9 @@
 -- keys. As everywhere, every key a command names is one the client
 -- passed, none built here; and each command names keys of one slot only.
 --
--- The arguments hold one part per slot: a header (struct '>I4I4': the
--- part's keys and its arguments), a probe key of the slot that floodgate
--- never writes, the keys (each request's state key, then each request's
+-- The first argument holds the parts' sizes, struct '>I4I4' each (the
+-- part's keys and its arguments); the others hold the parts, one per
+-- slot: a probe key of the slot that floodgate never writes, the keys (each request's state key, then each request's
 -- override key, as bucketBatch takes them, or each distinct key once when
 -- the last argument is a key map: see expandKeys), then the arguments
 -- (each run of equal ones once when the last is an argument map: see
@@ -65,14 +65,14 @@ local crossBatch = (function()
     end
   end
 
-  -- crossPart decides the part of argv at i (its header read: nk keys,
-  -- nargs arguments, probe) as bucketBatch decides a batch, and returns
+  -- crossPart decides the part of argv whose probe is argv[i] (its nk
+  -- keys and nargs arguments follow) as bucketBatch decides a batch, and returns
   -- bucketBatch's reply, or false when the node does not serve the slot.
   local function crossPart(argv, i, nk, nargs, probe, check)
-    for j = 1, nk do crossKeys[j] = argv[i + 1 + j] end
+    for j = 1, nk do crossKeys[j] = argv[i + j] end
     for j = nk + 1, crossNK do crossKeys[j] = nil end
     crossNK = nk
-    local a0 = i + 1 + nk
+    local a0 = i + nk
     for j = 1, nargs do crossArgs[j] = argv[a0 + j] end
     for j = nargs + 1, crossNA do crossArgs[j] = nil end
     crossNA = nargs
@@ -185,18 +185,20 @@ local crossBatch = (function()
   -- before any command of the part.
   return function(argv, check)
     callNow = false -- the call's time, read once for all its parts (callTime)
-    local i, na, m = 1, #argv, 0
+    local sizes, at = argv[1], 1 -- the next part's sizes at sizes[at]
+    local i, na, m = 2, #argv, 0
     while i <= na do
-      local nk, nargs = sunpack('>I4I4', argv[i])
-      local probe = argv[i + 1]
+      local nk, nargs
+      nk, nargs, at = sunpack('>I4I4', sizes, at)
+      local probe = argv[i] -- the part's keys follow, then its arguments
       local r -- the part's reply (bucketBatch's), or false: refused
-      local size = nk == 2 and nargs == 1 and #argv[i + 4]
+      local size = nk == 2 and nargs == 1 and #argv[i + 3]
       if size == BUCKET_ARG or size == WINDOW_ARG then
-        r = crossLone(argv[i + 2], argv[i + 3], argv[i + 4], size, probe, check)
-        i = i + 5
+        r = crossLone(argv[i + 1], argv[i + 2], argv[i + 3], size, probe, check)
+        i = i + 4
       else
         r = crossPart(argv, i, nk, nargs, probe, check)
-        i = i + 2 + nk + nargs
+        i = i + 1 + nk + nargs
       end
       -- The record's head and the reply apart: concat joins them with the
       -- rest, rather than each part making a string of the two.

@@ -61,9 +61,10 @@ import (
 // so a call of the fast path across slots needs them split by slot. That
 // is _cross (crossBatch in cross.lua, sendCross in cross.go), the
 // exception's one use outside the tests: the fast path's batch of every
-// slot of a Cluster master, in parts of one slot each, "'>I4I4' header
-// (the part's keys and arguments), the slot's probe key, the keys, the
-// arguments", each part's keys and arguments bucketBatch's (a key map
+// slot of a Cluster master, in parts of one slot each, after one argument
+// of the parts' sizes ('>I4I4' each: the part's keys and arguments), each
+// "the slot's probe key, the keys, the arguments", each part's keys and
+// arguments bucketBatch's (a key map
 // included: a part's lone requests, first, still have the first keys as
 // their own; an argument map too, which crossBatch expands before it
 // counts them). The probe key
