@@ -583,3 +583,61 @@ func TestCrossSlotWrongType(t *testing.T) {
 		})
 	}
 }
+
+// TestCrossSlotMatchesStandalone: rounds of random batches (new keys,
+// keys that hold states, repeated keys, peeks and takes of several
+// units, time moving on) decided by cross-slot calls on a Cluster master
+// and by a standalone server give the same decisions, for a bucket and a
+// fixed window.
+func TestCrossSlotMatchesStandalone(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	alone := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	for i, spec := range bucketAndWindow(t) { // a quota of 3 an hour each
+		name := [...]string{"bucket", "window"}[i]
+		t.Run(name, func(t *testing.T) {
+			clock := storetest.NewClock(storetest.Base)
+			prefix := "xs" + strconv.Itoa(i) + ":"
+			cst := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: prefix, Clock: clock})
+			cst.CheckDeclaredKeys()
+			sst := newStore(t, alone, &redisstore.Options{Prefix: prefix, Clock: clock})
+			cpol, err := cst.Prepare([]core.Spec{spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spol, err := sst.Prepare([]core.Spec{spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			master := cst.Partition("s0")
+			var keys []string
+			for j := 0; len(keys) < 40; j++ {
+				if k := "s" + strconv.Itoa(j); cst.Partition(k) == master {
+					keys = append(keys, k)
+				}
+			}
+			rng := rand.New(rand.NewPCG(1, uint64(i)))
+			for round := range 60 {
+				clock.Advance(time.Duration(rng.IntN(1800)) * time.Second)
+				batch := make([]string, 2+rng.IntN(20))
+				for j := range batch {
+					batch[j] = keys[rng.IntN(len(keys))]
+				}
+				n := int64(rng.IntN(4)) // 0 peeks
+				cds, cerrs := cst.TakePipeline(ctx, cpol, batch, n)
+				sds, serrs := sst.TakePipeline(ctx, spol, batch, n)
+				for j, k := range batch {
+					if cerrs[j] != nil || serrs[j] != nil {
+						t.Fatalf("round %d, key %s: errors %v (Cluster), %v (standalone)", round, k, cerrs[j], serrs[j])
+					}
+					if cds[j].Verdict != sds[j].Verdict || cds[j].Index != sds[j].Index || cds[j].Limits != nil || sds[j].Limits != nil {
+						t.Errorf("round %d, request %d on %s, cost %d: %+v on the Cluster, %+v standalone", round, j, k, n, cds[j], sds[j])
+					}
+				}
+			}
+			if n := cst.CrossRefused(); n != 0 {
+				t.Errorf("%d slots refused on a stable Cluster", n)
+			}
+		})
+	}
+}
