@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -616,7 +617,24 @@ func TestCrossSlotMatchesStandalone(t *testing.T) {
 					keys = append(keys, k)
 				}
 			}
+			// Overrides on a few keys, before any state: the first request
+			// of each finds an override and no state, and the fast path
+			// decides it under the override's bucket.
+			five, err := core.NewBucket("token-bucket", 1, time.Hour, 5, "burst")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys[:4] {
+				o := &core.Override{Limits: []core.Spec{five}}
+				if err := cpol.SetOverride(ctx, k, o, core.Additive); err != nil {
+					t.Fatal(err)
+				}
+				if err := spol.SetOverride(ctx, k, o, core.Additive); err != nil {
+					t.Fatal(err)
+				}
+			}
 			rng := rand.New(rand.NewPCG(1, uint64(i)))
+			overridden := 0 // decisions under an override
 			for round := range 60 {
 				clock.Advance(time.Duration(rng.IntN(1800)) * time.Second)
 				batch := make([]string, 2+rng.IntN(20))
@@ -630,13 +648,19 @@ func TestCrossSlotMatchesStandalone(t *testing.T) {
 					if cerrs[j] != nil || serrs[j] != nil {
 						t.Fatalf("round %d, key %s: errors %v (Cluster), %v (standalone)", round, k, cerrs[j], serrs[j])
 					}
-					if cds[j].Verdict != sds[j].Verdict || cds[j].Index != sds[j].Index || cds[j].Limits != nil || sds[j].Limits != nil {
+					if cds[j].Limits != nil {
+						overridden++
+					}
+					if cds[j].Verdict != sds[j].Verdict || cds[j].Index != sds[j].Index || !reflect.DeepEqual(cds[j].Limits, sds[j].Limits) {
 						t.Errorf("round %d, request %d on %s, cost %d: %+v on the Cluster, %+v standalone", round, j, k, n, cds[j], sds[j])
 					}
 				}
 			}
 			if n := cst.CrossRefused(); n != 0 {
 				t.Errorf("%d slots refused on a stable Cluster", n)
+			}
+			if overridden == 0 {
+				t.Error("no decision was made under an override")
 			}
 		})
 	}
