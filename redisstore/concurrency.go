@@ -58,8 +58,6 @@ func expandSlotLua(src string) string {
 	})
 }
 
-var slotsScript = redis.NewScript(expandSlotLua(slotsSource))
-
 // slotInflight is the most script calls of slot operations in flight at
 // once per Store: few and full calls cost Redis least.
 const slotInflight = 3
@@ -272,17 +270,24 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	}
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(groups))
+	fns := !s.noFunctions.Load()
 	for i, g := range groups {
 		keys, args := s.slotArgs(g)
-		cmds[i] = slotsScript.EvalSha(ctx, pipe, keys, args...)
+		if fns {
+			cmds[i] = fcallCmd(ctx, s.scripts.fns[entrySlots], keys, args)
+			_ = pipe.Process(ctx, cmds[i])
+		} else {
+			cmds[i] = s.scripts.scripts[entrySlots].EvalSha(ctx, pipe, keys, args...)
+		}
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || tryAgain(err)) {
-			// That master lost its scripts (a restart, a failover):
-			// Run loads it again. Or the slot is moving: runSlots
-			// waits for the move to end.
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || tryAgain(err)) {
+			// That master lost its scripts or the library (a restart,
+			// a failover), or refuses functions: runSlots loads them
+			// again, or uses the script. Or the slot is moving:
+			// runSlots waits for the move to end.
 			keys, args := s.slotArgs(g)
 			res, err = s.runSlots(ctx, keys, args).Result()
 		}
@@ -290,13 +295,10 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	}
 }
 
-// runSlots runs slots.lua, and again after TRYAGAIN, as run does.
+// runSlots runs slots.lua, as the library's function while Redis takes
+// functions, and again after TRYAGAIN: see run.
 func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.Cmd {
-	cmd := slotsScript.Run(ctx, s.client, keys, args...)
-	if !tryAgain(cmd.Err()) {
-		return cmd
-	}
-	return untilMoved(ctx, cmd, func() *redis.Cmd { return slotsScript.Run(ctx, s.client, keys, args...) })
+	return s.run(ctx, entrySlots, keys, args)
 }
 
 func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {

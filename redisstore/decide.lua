@@ -660,7 +660,7 @@ local function makeCarry()
   -- core.Strategy, as the item's argument says it.
   local ADDITIVE, AS_IS, PROPORTIONAL, RESET_USAGE = {{ADDITIVE}}, {{AS_IS}}, {{PROPORTIONAL}}, {{RESET_USAGE}}
 
-  -- carryWant is core.Carry: how many units a limit of toQuota keeps of an
+  -- carryWant is storekit.Carry: how many units a limit of toQuota keeps of an
   -- old limit's fromRemaining of fromQuota under the strategy st.
   local function carryWant(st, fromQuota, fromRemaining, toQuota)
     local want
@@ -683,7 +683,7 @@ local function makeCarry()
   -- override key and limit 0's keys as a bucket and as a fixed window,
   -- "<prefix>{key}:0b" and "…:0f", for markOverridden). It sets or deletes the
   -- override and moves the key's usage from its old limits to its new ones
-  -- as the strategy says, in the steps core.Carry describes: it peeks each
+  -- as the strategy says, in the steps storekit.Carry describes: it peeks each
   -- old limit and the new one, charges what is above the target, or
   -- refunds what is below it and, if that falls short, starts the limit
   -- afresh and charges what the target leaves out; then it deletes the

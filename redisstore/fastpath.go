@@ -44,8 +44,15 @@ var bucketSource string
 // scriptSet's.
 func library(prelude, entry string) (code, name string) {
 	body := expandLua(prelude + bucketSource + decideSource + crossSource)
-	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body+entry)))[:26]
-	code = "#!lua name=" + name + "\n" + body +
+	slots := expandSlotLua(slotsSource)
+	name = fmt.Sprintf("floodgate_%x", sha1.Sum([]byte(body+slots+entry)))[:26]
+	// slots.lua's function comes first, where the library's locals (the
+	// prelude's, set by init) do not hide the globals it reads, in a
+	// block of its own, so that its locals do not count against the
+	// chunk's limit of 200.
+	code = "#!lua name=" + name + "\n" +
+		"do\n" + slots + "redis.register_function('" + name + "_slots', slotsCall)\nend\n" +
+		body +
 		"redis.register_function('" + name + "_bucket', function(keys, args)\n" +
 		"  if not call then init() end\n" + entry +
 		"  return bucketOne(keys[1], keys[2], args[1])\n" +

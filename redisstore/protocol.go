@@ -26,7 +26,9 @@ import (
 // decide.lua and cross.lua in one chunk, named by a hash of its expanded
 // code, with functions <name>_bucket, _buckets and _decide, and the three
 // that take their keys as arguments (see Keys): _buckets_argkeys,
-// _decide_argkeys and _cross (library in fastpath.go).
+// _decide_argkeys and _cross (library in fastpath.go). The concurrency
+// limits' slots.lua, which shares no code with them, is the script's
+// function slotsCall, and the library's <name>_slots.
 // Every number on the wire and in a state is an integer below 2^53, which
 // a double holds exactly. The code runs unchanged on Lua 5.1 (Redis,
 // Valkey) and 5.4 (Dragonfly); see TestLua54.

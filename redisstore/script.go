@@ -54,6 +54,7 @@ const (
 	entryBucket  entry = iota // bucketOne: the fast path's lone request
 	entryBuckets              // bucketBatch: the fast path's batch
 	entryDecide               // decideBatch: decide.lua's batch
+	entrySlots                // slots.lua: concurrency limits' operations
 	entries
 )
 
@@ -94,10 +95,12 @@ func newScriptSet(prelude, entry string) *scriptSet {
 		entryBucket:  script(bucketSource, "bucketOne(keys[1], keys[2], scriptArgv[1])"),
 		entryBuckets: script(bucketSource, "bucketBatch(keys, scriptArgv)"),
 		entryDecide:  script(decideSource, "decideBatch(keys, scriptArgv)"),
+		// slots.lua needs nothing of the prelude, nor entry's checks.
+		entrySlots: redis.NewScript(expandSlotLua(slotsSource) + "return slotsCall(KEYS, ARGV)\n"),
 	}}
 	set.libraryCode, set.libraryName = library(prelude, entry)
 	name := set.libraryName
-	set.fns = [entries]any{entryBucket: name + "_bucket", entryBuckets: name + "_buckets", entryDecide: name + "_decide"}
+	set.fns = [entries]any{entryBucket: name + "_bucket", entryBuckets: name + "_buckets", entryDecide: name + "_decide", entrySlots: name + "_slots"}
 	set.argKeysFns = [entries]any{entryBuckets: name + "_buckets_argkeys", entryDecide: name + "_decide_argkeys"}
 	set.crossFn = name + "_cross"
 	return set
