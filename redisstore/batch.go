@@ -110,6 +110,9 @@ type batcher struct {
 	closed      bool
 	masters     map[string]*masterQueue // on a Cluster: each master's own queue, by address
 	mastersWG   sync.WaitGroup          // the master queues' sending goroutines
+	// On a Cluster: the calls in the masters' queues and script calls,
+	// and the masters' script calls in flight, added up (see linger).
+	callers, mastersOut int
 
 	scripts, decisions atomic.Uint64 // script calls made, decisions they carried
 	trips              atomic.Uint64 // round trips that carried the script calls
@@ -152,6 +155,9 @@ func (b *batcher) close() {
 	for _, q := range b.masters {
 		pending = append(pending, q.pending...)
 		q.pending = nil
+		if q.timer != nil {
+			q.timer.Stop()
+		}
 	}
 	b.mu.Unlock()
 	b.mastersWG.Wait()
@@ -465,6 +471,15 @@ type masterQueue struct {
 	// starting says that a goroutine that will take the next batch has
 	// not started yet (see sendQueued).
 	starting bool
+	// Lingering for company (see linger): since is when the oldest call
+	// of pending queued; rtt is the master's script calls' round trip,
+	// averaged as size is, in ns; lingering says that pending waits, and
+	// timer sends it when it has waited long enough, if nothing sent it
+	// before.
+	since     time.Time
+	rtt       int64
+	lingering bool
+	timer     *time.Timer
 }
 
 // masterInflight is how many script calls a Cluster master may have in
@@ -535,15 +550,21 @@ func (b *batcher) doCluster(c *call) error {
 		q = &masterQueue{}
 		b.masters[addr] = q
 	}
+	b.callers++
 	if len(q.pending) == 0 && !q.large && q.room(1, len(b.masters)) {
 		q.inflight++
+		b.mastersOut++
 		q.sized(1)
 		b.mu.Unlock()
+		start := time.Now()
 		b.s.sendGroup(c.ctx, []*call{c})
-		b.masterDone(addr)
+		b.masterDone(addr, 1, time.Since(start))
 		return c.err
 	}
 	c.wait()
+	if len(q.pending) == 0 {
+		q.since = time.Now()
+	}
 	q.pending = append(q.pending, c)
 	q.work += c.work
 	b.sendQueued(addr, q)
@@ -573,10 +594,11 @@ func (b *batcher) sendQueued(addr string, q *masterQueue) {
 		if k < min(len(q.pending), b.maxBatch) {
 			full = b.maxBatch // closed by the log budget: a full one
 		}
-		if !q.room(full, len(b.masters)) {
+		if !q.room(full, len(b.masters)) || b.linger(addr, q) {
 			return
 		}
 		q.inflight++
+		b.mastersOut++
 		var batch []*call
 		if q.large {
 			q.starting = true
@@ -594,12 +616,15 @@ func (b *batcher) sendQueued(addr string, q *masterQueue) {
 				}
 				b.mu.Unlock()
 			}
+			var took time.Duration
 			if len(batch) > 0 {
+				start := time.Now()
 				ctx, cancel := callersContext(batch, b.timeout)
 				b.s.sendPipeline(ctx, batch)
 				cancel()
+				took = time.Since(start)
 			}
-			b.masterDone(addr)
+			b.masterDone(addr, len(batch), took)
 		}()
 	}
 }
@@ -620,15 +645,87 @@ func (b *batcher) take(q *masterQueue) []*call {
 	return batch
 }
 
-// masterDone ends one of a master's script calls, and sends what queued
-// meanwhile if there is room now. Each ends when all its callers have
-// stopped waiting, so a dead master costs a caller its own budget only.
-func (b *batcher) masterDone(addr string) {
+// masterDone ends one of a master's script calls, of k calls that took
+// took (0: none went), and sends what queued meanwhile if there is room
+// now, and what other masters held back for company. Each ends when all
+// its callers have stopped waiting, so a dead master costs a caller its
+// own budget only.
+func (b *batcher) masterDone(addr string, k int, took time.Duration) {
 	b.mu.Lock()
 	q := b.masters[addr]
 	q.inflight--
+	b.mastersOut--
+	b.callers -= k
+	if took > 0 {
+		q.rtt += (int64(took) - q.rtt) / 8
+	}
 	b.sendQueued(addr, q)
+	for a, m := range b.masters {
+		if m.lingering {
+			b.sendQueued(a, m)
+		}
+	}
 	b.mu.Unlock()
+}
+
+// maxLinger bounds how long a master's calls wait for company (see
+// lingerFor).
+const maxLinger = time.Millisecond
+
+// lingerFor returns how long calls that queue for a master with
+// nothing in flight may wait for company, given (see masterQueue) large,
+// masters, the calls in all the masters' queues and script calls
+// (callers), how many of those are queued for this master (pending),
+// the masters' script calls in flight (out), and this master's round
+// trip (rtt, ns): 0, to go now, unless the master's batches are large,
+// there are other masters and their script calls keep the CPU busy, and
+// fewer than this master's share of the callers are queued for it
+// (callers/masters, maxBatch at most); then two round trips, and
+// maxLinger at most.
+//
+// Why: each script call costs Redis and the client as much as a few
+// decisions. On a Cluster the callers spread over the masters, each with
+// its own call in flight, so that with many masters each one's callers
+// are few, and split between its call in flight and its queue: its
+// calls carry a fraction of what a standalone server's do. While other
+// masters' calls run and batches are large, the CPU that Redis and the
+// client share is the bottleneck, and a master that waits a little for
+// its share of the callers decides more with less of it. The wait
+// scales with the round trip, so that a master that answers quickly
+// waits little, and a master that hangs holds up only its own calls,
+// and the others' by maxLinger at most. Guarded by bench's redisbench
+// -cluster.
+func lingerFor(large bool, masters, callers, pending, out int, maxBatch int, rtt int64) time.Duration {
+	if !large || masters < 2 || out == 0 || pending >= min(callers/masters, maxBatch) {
+		return 0
+	}
+	return min(2*time.Duration(rtt), maxLinger)
+}
+
+// linger reports whether q's pending calls wait for company (see
+// lingerFor) with nothing in flight to q's master, and arms q's timer to
+// send them when their wait ends. b.mu is held.
+func (b *batcher) linger(addr string, q *masterQueue) bool {
+	q.lingering = false
+	if q.inflight > 0 {
+		return false
+	}
+	wait := lingerFor(q.large, len(b.masters), b.callers, len(q.pending), b.mastersOut, b.maxBatch, q.rtt) - time.Since(q.since)
+	if wait <= 0 {
+		return false
+	}
+	q.lingering = true
+	if q.timer == nil {
+		q.timer = time.AfterFunc(wait, func() {
+			b.mu.Lock()
+			q.timer = nil
+			if !b.closed {
+				b.sendQueued(addr, q)
+			}
+			b.mu.Unlock()
+		})
+	}
+	return true
 }
 
 // finished records the end of a script call of k calls whose callers

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // TestBatcherRoom holds the batcher to maxInflight script calls in flight
@@ -199,6 +200,38 @@ func TestBatcherAdaptNoise(t *testing.T) {
 			}
 			if near < windows*3/4 {
 				t.Errorf("%d of %d windows within two steps of %d, want three quarters", near, windows, tt.best)
+			}
+		})
+	}
+}
+
+// TestLingerFor holds a Cluster master's wait for company to its rule:
+// only while its batches are large, other masters' script calls are in
+// flight and fewer than its share of the callers are queued for it; then
+// two round trips, and maxLinger at most.
+func TestLingerFor(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	tests := []struct {
+		name                                  string
+		large                                 bool
+		masters, callers, pending, out, batch int
+		rtt                                   int64
+		want                                  time.Duration
+	}{
+		{"small batches: go", false, 6, 64, 2, 5, 64, ms / 2, 0},
+		{"one master: go", true, 1, 64, 2, 0, 64, ms / 2, 0},
+		{"nothing else in flight: go", true, 6, 64, 2, 0, 64, ms / 2, 0},
+		{"its share queued: go", true, 6, 64, 10, 5, 64, ms / 2, 0},
+		{"a full batch queued: go", true, 6, 640, 64, 5, 64, ms / 2, 0},
+		{"below its share: two round trips", true, 6, 64, 9, 5, 64, ms / 4, time.Millisecond / 2},
+		{"below a full batch: two round trips", true, 6, 640, 63, 5, 64, ms / 8, time.Millisecond / 4},
+		{"a slow round trip: maxLinger", true, 6, 64, 2, 5, 64, 30 * ms, maxLinger},
+		{"no round trip yet: go", true, 6, 64, 2, 5, 64, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := lingerFor(tt.large, tt.masters, tt.callers, tt.pending, tt.out, tt.batch, tt.rtt); got != tt.want {
+				t.Fatalf("lingerFor = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -101,9 +101,11 @@ func main() {
 	inflight := flag.Int("inflight", 0, "floodgate's MaxInflight (0: its default)")
 	goroutines := flag.String("goroutines", "1,8,64", "the concurrency levels of the Redis loads on one key and on 10,000 keys, comma-separated")
 	cluster := flag.Bool("cluster", false, "only measure a standalone server and Redis Clusters of 1, 3 and 6 masters, side by side, at 64 goroutines on 10,000 keys")
+	masters := flag.String("masters", "1,3,6", "with -cluster: the Clusters' numbers of masters, comma-separated")
 	flag.Parse()
 	// Before anything starts: log.Fatal would leave a redis-server running.
 	levels := flags.Counts("-goroutines", *goroutines)
+	masterCounts := flags.Counts("-masters", *masters)
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -121,7 +123,7 @@ func main() {
 	stops.OnSignal()
 
 	if *cluster {
-		clusterScaling(*duration, *runs)
+		clusterScaling(*duration, *runs, masterCounts)
 		return
 	}
 	if *slotsFlag && *slotsCallgrind > 0 { // instructions per pair (slotsir.go)
@@ -773,13 +775,13 @@ func scriptCeiling(ctx context.Context, client *redis.Client, addr string) float
 // Beside each floodgate row: its decisions per script call and the Redis
 // CPU per decision (summed over the masters), each also as a share of
 // the standalone server's.
-func clusterScaling(dur time.Duration, runs int) {
+func clusterScaling(dur time.Duration, runs int, masterCounts []int) {
 	sc := scenario{name: "64 goroutines, 10000 keys", goroutines: 64, keys: 10000, rate: 1_000_000, burst: 1_000_000}
 	fmt.Printf("Redis Cluster on loopback, %d CPUs; %d runs of %s per cell, medians; %s\n\n", runtime.NumCPU(), runs, dur, sc.name)
 	fmt.Println("| masters | limiter | decisions/s | p50 | p99 | ratio | floodgate decisions per script call | of standalone's | Redis CPU per decision (all masters) | × standalone's | client CPU per decision | floodgate script calls per round trip |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var basePer, baseCPU float64 // standalone floodgate's
-	for _, masters := range []int{0, 1, 3, 6} {
+	for _, masters := range append([]int{0}, masterCounts...) {
 		var uc redis.UniversalClient
 		var servers []*redis.Client // to read each one's CPU
 		var stop func()
