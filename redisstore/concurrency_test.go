@@ -142,6 +142,47 @@ func TestSlotsBatched(t *testing.T) {
 	}
 }
 
+// TestSlotsClusterLibraryFlushed flushes the function library on every
+// master while goroutines acquire and release across slots, so that the
+// pipelines of per-slot FCALLs find it gone: each such call goes again,
+// which loads it, and no operation fails or is lost.
+func TestSlotsClusterLibraryFlushed(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	admin := cluster.Admin(t)
+	st, c := slotsOn(t, cluster.Client(t), 4, time.Minute, nil)
+	ctx := context.Background()
+	const workers, rounds, keys = 16, 24, 40
+	hammer(t, workers, rounds, func(w, i int) error {
+		if w == 0 && i%4 == 0 {
+			err := admin.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				return m.FunctionFlush(ctx).Err()
+			})
+			if err != nil {
+				return err
+			}
+		}
+		key := fmt.Sprint("k", (w*rounds+i)%keys)
+		r, err := c.Acquire(ctx, key)
+		if err != nil || !r.Allowed {
+			return err
+		}
+		rel, err := c.Release(ctx, r.Permit)
+		if err == nil && !rel.Allowed {
+			err = fmt.Errorf("release of %s: %+v", key, rel)
+		}
+		return err
+	})
+	for k := range keys {
+		in, err := c.Inspect(ctx, fmt.Sprint("k", k))
+		if err != nil || in.Held != 0 {
+			t.Fatalf("k%d: %+v, %v", k, in, err)
+		}
+	}
+	if s := st.SlotStats(); s.Ops < workers*rounds {
+		t.Fatalf("%+v", s)
+	}
+}
+
 // Through Sentinel, as through a server.
 func TestSlotsSentinel(t *testing.T) {
 	rig := redistest.StartSentinel(t)

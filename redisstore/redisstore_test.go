@@ -735,7 +735,8 @@ func TestKeyErrors(t *testing.T) {
 }
 
 // TestFunctions checks the Redis function library, for the fast path (one
-// bucket limit) and decide.lua (two limits): loaded on first use, reloaded
+// bucket limit), decide.lua (two limits) and slots.lua (a concurrency
+// limit): loaded on first use, reloaded
 // after FUNCTION FLUSH, and replaced by scripts where an ACL refuses
 // FUNCTION LOAD or FCALL, or where functions are disabled; the decisions
 // are the same in every case, and FCALL decides them all while the library
@@ -807,6 +808,34 @@ func TestFunctions(t *testing.T) {
 						t.Fatal(err)
 					}
 					decisions++
+				}
+			}
+			// Concurrency limits' slots.lua: one call per operation.
+			conc, err := floodgate.NewConcurrency(st, 2, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var permits []floodgate.Permit
+			for i := range 3 {
+				r, err := conc.Acquire(ctx, "slots")
+				decisions++
+				if err != nil || r.Allowed != (i < 2) || r.Held != min(int64(i+1), 2) {
+					t.Fatalf("acquire %d: %+v, %v", i, r, err)
+				}
+				if r.Allowed {
+					permits = append(permits, r.Permit)
+				}
+				if tt.flush {
+					if err := admin.FunctionFlush(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i, p := range permits {
+				r, err := conc.Release(ctx, p)
+				decisions++
+				if err != nil || !r.Allowed || r.Held != int64(1-i) {
+					t.Fatalf("release %d: %+v, %v", i, r, err)
 				}
 			}
 			if tt.loaded {
