@@ -228,12 +228,47 @@ func launch(t testing.TB, bin string, port int, dir string, args []string, logNa
 	}
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), TLS: tc, cmd: cmd, dir: dir, args: args}
 	t.Cleanup(s.Stop)
-	if err := waitPing(s.Addr, s.TLS, 5*time.Second); err != nil {
+	err := waitPing(s.Addr, s.TLS, 5*time.Second)
+	if err == nil {
+		err = s.ours()
+	}
+	if err != nil {
 		s.Stop()
 		log, _ := os.ReadFile(filepath.Join(dir, logName))
 		return nil, fmt.Errorf("%w\n%s", err, log)
 	}
 	return s, nil
+}
+
+// ours returns an error when the server that answers at s.Addr is
+// another process than s's: the port was free a moment ago (FreePort),
+// and another test's server, in this process or a package's test binary
+// beside it, may have taken it meanwhile, while s's failed to bind. Its
+// PING would pass for s's, and two tests would share one server. A
+// server that does not answer INFO without a password tells nothing,
+// and passes.
+func (s *Server) ours() error {
+	var pass string
+	for i := 0; i+1 < len(s.args); i++ {
+		if s.args[i] == "--requirepass" {
+			pass = s.args[i+1]
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: pass, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.TLS})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		return nil
+	}
+	_, rest, ok := strings.Cut(info, "process_id:")
+	if !ok {
+		return nil
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	if pid != s.cmd.Process.Pid {
+		return fmt.Errorf("the server at %s is process %d, not the one started (%d): the port was taken", s.Addr, pid, s.cmd.Process.Pid)
+	}
+	return nil
 }
 
 func waitPing(addr string, tc *tls.Config, within time.Duration) error {
@@ -275,6 +310,9 @@ func (s *Server) Restart(t testing.TB) {
 		}
 		s.cmd = cmd
 		if err = waitPing(s.Addr, s.TLS, 2*time.Second); err == nil {
+			err = s.ours()
+		}
+		if err == nil {
 			if s.acl {
 				if err := s.createUser(); err != nil {
 					t.Fatal(err)
