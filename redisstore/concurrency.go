@@ -283,7 +283,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || tryAgain(err)) {
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || tryAgain(err)) {
 			// That master lost its scripts or the library (a restart,
 			// a failover), or refuses functions: runSlots loads them
 			// again, or uses the script. Or the slot is moving:
@@ -296,9 +296,23 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 }
 
 // runSlots runs slots.lua, as the library's function while Redis takes
-// functions, and again after TRYAGAIN: see run.
+// functions, and again after TRYAGAIN: see run. Redis refuses a function
+// whole while it is out of memory (one without the allow-oom flag may
+// write), where it refuses a script's first write that needs memory:
+// then the script runs, so that a release, which frees memory, still
+// goes through.
 func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.Cmd {
-	return s.run(ctx, entrySlots, keys, args)
+	cmd := s.run(ctx, entrySlots, keys, args)
+	if oomRefused(cmd.Err()) && !s.noFunctions.Load() {
+		cmd = s.scripts.scripts[entrySlots].Run(ctx, s.client, keys, args...)
+	}
+	return cmd
+}
+
+// oomRefused reports whether err is Redis refusing a command, before it
+// ran, for being out of memory (maxmemory with noeviction).
+func oomRefused(err error) bool {
+	return isRedisError(err) && strings.HasPrefix(err.Error(), "OOM ")
 }
 
 func (s *Store) slotArgs(calls []*slotCall) ([]string, []any) {

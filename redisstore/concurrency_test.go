@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -180,6 +181,37 @@ func TestSlotsClusterLibraryFlushed(t *testing.T) {
 	}
 	if s := st.SlotStats(); s.Ops < workers*rounds {
 		t.Fatalf("%+v", s)
+	}
+}
+
+// TestSlotsUnderOOM: while Redis is out of memory (maxmemory with
+// noeviction), it refuses the library's functions whole, and the store
+// runs the script instead, as it did before slots.lua was a function: a
+// release, which frees memory, goes through, and an acquire on an empty
+// key fails on its ZADD. (An acquire on a key that holds permits runs
+// its sweep first, a write, after which Redis lets a script write on.)
+func TestSlotsUnderOOM(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Admin(t)
+	ctx := context.Background()
+	_, c := slotsOn(t, srv.Client(t), 2, time.Minute, nil)
+	r, err := c.Acquire(ctx, "k")
+	if err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.ConfigSet(ctx, "maxmemory", "0")
+	if a, err := c.Acquire(ctx, "empty"); err == nil || a.Allowed || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("acquire out of memory: %+v, %v; want Redis's OOM", a, err)
+	}
+	rel, err := c.Release(ctx, r.Permit)
+	if err != nil || !rel.Allowed || rel.Held != 0 {
+		t.Fatalf("release out of memory: %+v, %v; want released", rel, err)
 	}
 }
 

@@ -775,8 +775,10 @@ func (s *Store) runOnce(ctx context.Context, e entry, keys []string, args []any)
 		// it: load it, then call again.
 		if err := s.loadLibrary(ctx); err != nil {
 			if !isRedisError(err) {
-				cmd.SetErr(err) // a failure to reach Redis
-				return cmd
+				// A failure to reach a server: on a Cluster, perhaps
+				// another master than this call's, which answered. This
+				// call uses a script, and a later one loads the library.
+				return script.Run(ctx, s.client, keys, args...)
 			}
 			if !notRun(err) {
 				s.noFunctions.Store(true) // refused: use scripts
@@ -834,9 +836,16 @@ func functionMissing(err error) bool {
 }
 
 // functionsRefused reports whether err is Redis refusing FCALL: a server
-// before Redis 7, or an ACL that does not allow it.
+// before Redis 7, or an ACL that does not allow it. An ACL's refusal of
+// one of the call's keys ("no permissions to access", see refusedKey) is
+// not: it is that key's failure, and the script would meet it too.
 func functionsRefused(err error) bool {
-	return isRedisError(err) && (strings.HasPrefix(err.Error(), "ERR unknown command") || strings.HasPrefix(err.Error(), "NOPERM"))
+	if !isRedisError(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "ERR unknown command") ||
+		strings.HasPrefix(msg, "NOPERM") && !strings.Contains(strings.ToLower(msg), "no permissions to access")
 }
 
 func isRedisError(err error) bool {

@@ -683,6 +683,17 @@ func TestKeyErrors(t *testing.T) {
 					t.Fatalf("%d limits, key %q: %v; want ErrKey with redis: NOPERM", len(limits), tt.bad, err)
 				}
 			}
+			// A refused key is that key's failure, not a refusal of
+			// functions: the store still calls them.
+			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := limiter(t, st, policies[0]...).AllowN(ctx, tt.good, 1); err != nil {
+				t.Fatal(err)
+			}
+			if info := admin.Info(ctx, "commandstats").Val(); strings.Contains(info, "cmdstat_evalsha:") || !strings.Contains(info, "cmdstat_fcall:") {
+				t.Fatalf("after a refused key, the store no longer calls functions; commandstats:\n%s", info)
+			}
 		})
 	}
 	t.Run("batch", func(t *testing.T) {
@@ -865,6 +876,51 @@ func TestFunctions(t *testing.T) {
 				t.Fatalf("libraries on the server: %+v, want loaded %v", libs, tt.loaded)
 			}
 		})
+	}
+}
+
+// TestLibraryLoadWithMasterDown: a master that answers that the library
+// is missing gets it loaded on every master, and when another master is
+// down, so that the load fails, the call runs as a script there instead
+// of failing, for a decision and for a concurrency limit's operation.
+func TestLibraryLoadWithMasterDown(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	admin := cluster.Admin(t)
+	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "down:", DisableBatching: true})
+	defer st.Close()
+	lim := limiter(t, st, floodgate.PerMinute(3))
+	conc, err := floodgate.NewConcurrency(st, 2, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lim.AllowN(ctx, "k", 1); err != nil { // loads the library everywhere
+		t.Fatal(err)
+	}
+	node, err := admin.MasterForKey(ctx, "down:{k}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := node.Options().Addr
+	for i, a := range cluster.Addrs[:3] {
+		if a != up {
+			cluster.Servers[i].Kill()
+			break
+		}
+	}
+	if err := node.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := lim.AllowN(ctx, "k", 1)
+	if err != nil || !r.Allowed || r.Remaining != 1 {
+		t.Fatalf("decision with the library gone and another master down: %+v, %v", r, err)
+	}
+	if err := node.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := conc.Acquire(ctx, "k")
+	if err != nil || !a.Allowed || a.Held != 1 {
+		t.Fatalf("acquire with the library gone and another master down: %+v, %v", a, err)
 	}
 }
 
