@@ -111,8 +111,8 @@ type batcher struct {
 	masters     map[string]*masterQueue // on a Cluster: each master's own queue, by address
 	mastersWG   sync.WaitGroup          // the master queues' sending goroutines
 	// On a Cluster: the calls in the masters' queues and script calls,
-	// and the masters' script calls in flight, added up (see linger).
-	callers, mastersOut int
+	// added up (see linger).
+	callers int
 
 	scripts, decisions atomic.Uint64 // script calls made, decisions they carried
 	trips              atomic.Uint64 // round trips that carried the script calls
@@ -553,7 +553,6 @@ func (b *batcher) doCluster(c *call) error {
 	b.callers++
 	if len(q.pending) == 0 && !q.large && q.room(1, len(b.masters)) {
 		q.inflight++
-		b.mastersOut++
 		q.sized(1)
 		b.mu.Unlock()
 		start := time.Now()
@@ -598,7 +597,6 @@ func (b *batcher) sendQueued(addr string, q *masterQueue) {
 			return
 		}
 		q.inflight++
-		b.mastersOut++
 		var batch []*call
 		if q.large {
 			q.starting = true
@@ -654,7 +652,6 @@ func (b *batcher) masterDone(addr string, k int, took time.Duration) {
 	b.mu.Lock()
 	q := b.masters[addr]
 	q.inflight--
-	b.mastersOut--
 	b.callers -= k
 	if took > 0 {
 		q.rtt += (int64(took) - q.rtt) / 8
@@ -707,10 +704,14 @@ func lingerFor(large bool, masters, callers, pending, out int, maxBatch int, rtt
 // send them when their wait ends. b.mu is held.
 func (b *batcher) linger(addr string, q *masterQueue) bool {
 	q.lingering = false
-	if q.inflight > 0 {
+	if q.inflight > 0 || !q.large {
 		return false
 	}
-	wait := lingerFor(q.large, len(b.masters), b.callers, len(q.pending), b.mastersOut, b.maxBatch, q.rtt) - time.Since(q.since)
+	out := 0 // the other masters' script calls in flight
+	for _, m := range b.masters {
+		out += m.inflight
+	}
+	wait := lingerFor(q.large, len(b.masters), b.callers, len(q.pending), out, b.maxBatch, q.rtt) - time.Since(q.since)
 	if wait <= 0 {
 		return false
 	}

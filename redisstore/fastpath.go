@@ -844,8 +844,15 @@ func functionsRefused(err error) bool {
 		return false
 	}
 	msg := err.Error()
-	return strings.HasPrefix(msg, "ERR unknown command") ||
-		strings.HasPrefix(msg, "NOPERM") && !strings.Contains(strings.ToLower(msg), "no permissions to access")
+	return strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "NOPERM") && !keyAccessRefused(msg)
+}
+
+// keyAccessRefused reports whether msg, Redis's NOPERM or an error that
+// quotes it, refuses access to a key rather than a command: "no
+// permissions to access one of the keys" on Redis 7.0, "No permissions
+// to access a key" on Redis 7.2 and Valkey.
+func keyAccessRefused(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "no permissions to access")
 }
 
 func isRedisError(err error) bool {

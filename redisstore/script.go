@@ -160,16 +160,14 @@ func (s *Store) sendGroup(ctx context.Context, calls []*call) {
 }
 
 // refusedKey reports whether err is an ACL's refusal of a script call
-// for one of the keys it names: "NOPERM this user has no permissions to
-// access one of the keys" on Redis 7.0, "NOPERM No permissions to access
-// a key" on Redis 7.2 and Valkey.
+// for one of the keys it names (see keyAccessRefused).
 func refusedKey(err error) bool {
 	if !errors.Is(err, floodgate.ErrKey) {
 		return false
 	}
 	msg := err.Error()
 	i := strings.Index(msg, "NOPERM ")
-	return i >= 0 && strings.Contains(strings.ToLower(msg[i:]), "no permissions to access")
+	return i >= 0 && keyAccessRefused(msg[i:])
 }
 
 // decideEngine is decide.lua's batch (decideBatch): any requests on any

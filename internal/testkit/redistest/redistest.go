@@ -133,7 +133,7 @@ func start(t testing.TB, bin string, port int, extra []string) (*Server, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.prepare(extra); err != nil {
+	if err := s.prepare(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -168,7 +168,7 @@ func startTLS(t testing.TB, bin string, port int, f tlstest.Files, cfg *tls.Conf
 	if err != nil {
 		return nil, err
 	}
-	if err := s.prepare(extra); err != nil {
+	if err := s.prepare(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -183,15 +183,10 @@ func tlsArgs(f tlstest.Files, port int) []string {
 		"--tls-replication", "yes", "--tls-cluster", "yes"}
 }
 
-// prepare notes the default user's password from extra's --requirepass
-// and, under $FLOODGATE_REDIS_ACL=1, creates the ACL user; on failure it
+// prepare creates the ACL user under $FLOODGATE_REDIS_ACL=1 (launch
+// noted the default user's password from --requirepass); on failure it
 // stops the server.
-func (s *Server) prepare(extra []string) error {
-	for i := 0; i+1 < len(extra); i++ {
-		if extra[i] == "--requirepass" {
-			s.pass = extra[i+1]
-		}
-	}
+func (s *Server) prepare() error {
 	if ACL() {
 		if err := s.createUser(); err != nil {
 			s.Stop()
@@ -227,6 +222,11 @@ func launch(t testing.TB, bin string, port int, dir string, args []string, logNa
 		return nil, err
 	}
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), TLS: tc, cmd: cmd, dir: dir, args: args}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--requirepass" {
+			s.pass = args[i+1]
+		}
+	}
 	t.Cleanup(s.Stop)
 	err := waitPing(s.Addr, s.TLS, 5*time.Second)
 	if err == nil {
@@ -248,13 +248,7 @@ func launch(t testing.TB, bin string, port int, dir string, args []string, logNa
 // server that does not answer INFO without a password tells nothing,
 // and passes.
 func (s *Server) ours() error {
-	var pass string
-	for i := 0; i+1 < len(s.args); i++ {
-		if s.args[i] == "--requirepass" {
-			pass = s.args[i+1]
-		}
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: pass, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.TLS})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.pass, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.TLS})
 	defer c.Close()
 	info, err := c.Info(context.Background(), "server").Result()
 	if err != nil {
