@@ -275,18 +275,19 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 		keys, args := s.slotArgs(g)
 		if fns {
 			cmds[i] = fcallCmd(ctx, s.scripts.fns[entrySlots], keys, args)
-			_ = pipe.Process(ctx, cmds[i])
 		} else {
-			cmds[i] = s.scripts.scripts[entrySlots].EvalSha(ctx, pipe, keys, args...)
+			cmds[i] = evalshaCmd(ctx, s.scripts.scripts[entrySlots].Hash(), keys, args)
 		}
+		_ = pipe.Process(ctx, onceCmd{cmds[i]})
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || tryAgain(err)) {
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || notRun(err)) {
 			// That master lost its scripts or the library (a restart,
 			// a failover), or refuses functions: runSlots loads them
-			// again, or uses the script. Or the slot is moving:
+			// again, or uses the script. Or it refused the call before
+			// running it (see onceCmd), as while the slot is moving:
 			// runSlots waits for the move to end.
 			keys, args := s.slotArgs(g)
 			res, err = s.runSlots(ctx, keys, args).Result()

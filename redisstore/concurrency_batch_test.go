@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate/internal/lib/storekit"
 	"github.com/floodgate/floodgate/internal/testkit/redistest"
 	"github.com/floodgate/floodgate/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSlotBatchesMatchStep sends batches of slot operations as one script
@@ -104,6 +106,78 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 			if hold > 0 && ttl.Microseconds() < hold {
 				t.Fatalf("round %d: %s lives %s, its latest permit %dµs", round, key, ttl, hold)
 			}
+		}
+	}
+}
+
+// TestSlotPipelineTryAgainRunsOnce sends a Cluster master a pipeline of
+// two slots' calls, the first refused with TRYAGAIN (two keys of a
+// migrating slot, one of them there), and checks that the acquire beside
+// it ran once: run again, it found its permit held already and failed.
+// (TestPipelineTryAgainRunsOnce does the same for rate limits.)
+func TestSlotPipelineTryAgainRunsOnce(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	clock := storetest.NewClock(storetest.Base)
+	s := New(cluster.Client(t), &Options{Prefix: "ta:", Clock: clock})
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	master := s.masterOf(ctx, s.slotKey("a0"))
+	slotOfKey := func(k string) int { return slotOf(s.slotKey(k)) }
+	// moving: two keys of one slot; beside: a key of another slot of the
+	// same master.
+	moving, beside := []string{"a0"}, ""
+	for j := 1; len(moving) < 2 || beside == ""; j++ {
+		k := "a" + strconv.Itoa(j)
+		switch {
+		case slotOfKey(k) == slotOfKey("a0"):
+			moving = append(moving, k)
+		case beside == "" && s.masterOf(ctx, s.slotKey(k)) == master:
+			beside = k
+		}
+	}
+	spec := slot.Spec{Slots: 3, Lease: 60_000_000}
+	acquire := func(ctx context.Context, keys ...string) []*slotCall {
+		calls := make([]*slotCall, len(keys))
+		for i, k := range keys {
+			var b [16]byte
+			b[0], b[1] = byte(i), byte(len(keys))
+			calls[i] = &slotCall{ctx: ctx, rkey: s.slotKey(k), slot: slotOfKey(k), op: slot.Op{Kind: slot.Acquire, ID: storekit.NewPermitID(k, b)}, spec: spec}
+		}
+		s.sendSlots(ctx, calls)
+		return calls
+	}
+	if c := acquire(ctx, moving[0])[0]; c.err != nil {
+		t.Fatal(c.err)
+	}
+	var admin *redis.Client
+	var to string
+	for _, srv := range cluster.Servers {
+		if srv.Addr == master {
+			admin = srv.Admin(t)
+		} else {
+			to = srv.Addr
+		}
+	}
+	if err := admin.Do(ctx, "CLUSTER", "SETSLOT", slotOfKey(moving[0]), "MIGRATING", cluster.NodeID(t, to)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	calls := acquire(short, moving[0], moving[1], beside)
+	cancel()
+	if err := admin.Do(ctx, "CLUSTER", "SETSLOT", slotOfKey(moving[0]), "STABLE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range calls[:2] {
+		if c.err == nil {
+			t.Errorf("acquire %d in the migrating slot: %+v, want an error (TRYAGAIN until its caller gave up)", i, c.v)
+		}
+	}
+	if c := calls[2]; c.err != nil || c.v.Held != 1 {
+		t.Errorf("the acquire beside them: %+v, %v; want done, 1 held", c.v, c.err)
+	}
+	for k, want := range map[string]int64{moving[0]: 1, moving[1]: 0, beside: 1} {
+		if n, err := admin.ZCard(ctx, s.slotKey(k)).Result(); err != nil || n != want {
+			t.Errorf("%s holds %d permits (%v), want %d", k, n, err, want)
 		}
 	}
 }

@@ -666,3 +666,71 @@ func TestCrossSlotMatchesStandalone(t *testing.T) {
 		})
 	}
 }
+
+// TestPipelineTryAgainRunsOnce sends a master a pipeline of two per-slot
+// script calls, the first refused with TRYAGAIN (its slot migrating, its
+// state there and its override key not), and checks that the call beside
+// it ran once: go-redis's Cluster pipeline sends a node's calls again, all
+// of them, when the first one's error is one it retries, so that the
+// calls that had run were charged again.
+func TestPipelineTryAgainRunsOnce(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	clock := storetest.NewClock(storetest.Base)
+	st := newStore(t, cluster.Client(t), &redisstore.Options{Prefix: "ta:", Clock: clock})
+	st.DisableCrossSlot()
+	pol, err := st.Prepare(bucketAndWindow(t)[:1]) // a quota of 3 an hour
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := func(k string) int64 { return int64(redisstore.SlotOf("ta:{" + k + "}:0b")) }
+	moving, from := "k0", st.Partition("k0")
+	beside := ""
+	for j := 1; beside == ""; j++ {
+		if k := "k" + strconv.Itoa(j); st.Partition(k) == from && slot(k) != slot(moving) {
+			beside = k
+		}
+	}
+	var to string
+	for _, s := range cluster.Servers {
+		if s.Addr != from {
+			to = s.Addr
+			break
+		}
+	}
+	take := func(ctx context.Context, keys ...string) ([]core.Decision, []error) {
+		t.Helper()
+		return st.TakePipeline(ctx, pol, keys, 1)
+	}
+	if _, errs := take(ctx, moving); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	admin := cluster.Servers[0].Admin(t)
+	for _, s := range cluster.Servers {
+		if s.Addr == from {
+			admin = s.Admin(t)
+		}
+	}
+	if err := admin.Do(ctx, "CLUSTER", "SETSLOT", slot(moving), "MIGRATING", cluster.NodeID(t, to)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	ds, errs := take(short, moving, beside)
+	cancel()
+	if err := admin.Do(ctx, "CLUSTER", "SETSLOT", slot(moving), "STABLE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if errs[0] == nil {
+		t.Errorf("the migrating slot's call: %+v, want an error (TRYAGAIN until its caller gave up)", ds[0])
+	}
+	if errs[1] != nil || !ds[1].Allowed || ds[1].Remaining != 2 {
+		t.Errorf("the call beside it: %+v, %v; want allowed, 2 remaining", ds[1], errs[1])
+	}
+	// Charged once each: moving's refused call not at all.
+	ds, errs = take(ctx, moving, beside)
+	for i, want := range []int64{1, 1} {
+		if errs[i] != nil || !ds[i].Allowed || ds[i].Remaining != want {
+			t.Errorf("then call %d: %+v, %v; want allowed, %d remaining", i, ds[i], errs[i], want)
+		}
+	}
+}

@@ -817,8 +817,20 @@ func (s *Store) fcall(ctx context.Context, fn any, keys []string, args []any) *r
 // Cluster's routing), in one allocation of its arguments: FCall boxes
 // the function's name and copies its variadic arguments at every call.
 func fcallCmd(ctx context.Context, fn any, keys []string, args []any) *redis.Cmd {
+	return scriptCmd(ctx, "fcall", fn, keys, args)
+}
+
+// evalshaCmd returns the command EVALSHA sha on keys with args, as
+// fcallCmd does FCALL's.
+func evalshaCmd(ctx context.Context, sha string, keys []string, args []any) *redis.Cmd {
+	return scriptCmd(ctx, "evalsha", sha, keys, args)
+}
+
+// scriptCmd returns the command verb (FCALL or EVALSHA) of script on
+// keys with args.
+func scriptCmd(ctx context.Context, verb string, script any, keys []string, args []any) *redis.Cmd {
 	all := make([]any, 3+len(keys), 3+len(keys)+len(args))
-	all[0], all[1], all[2] = "fcall", fn, len(keys)
+	all[0], all[1], all[2] = verb, script, len(keys)
 	for i, k := range keys {
 		all[3+i] = k
 	}
@@ -828,6 +840,18 @@ func fcallCmd(ctx context.Context, fn any, keys []string, args []any) *redis.Cmd
 	}
 	return cmd
 }
+
+// onceCmd is a script call in a Cluster pipeline, which go-redis must not
+// send again: it may have run. go-redis sends all of a master's commands
+// again when the first one's error is one it retries (TRYAGAIN while a
+// slot migrates, CLUSTERDOWN, a broken connection), those that ran too,
+// so that they were charged twice. The store sends again, alone, only
+// the calls that Redis refused before they ran (notRun); go-redis still
+// follows a MOVED or ASK answer, which a call gets before it runs.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry implements redis.Cmder: the command is never sent again.
+func (onceCmd) NoRetry() bool { return true }
 
 // functionMissing reports whether err is Redis saying the library is not
 // loaded: the call was not run.

@@ -107,7 +107,7 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		}
 		f := e.encode(s, g)
 		cmd := fcallCmd(ctx, s.scripts.fns[e.entry()], f.keys, f.args)
-		_ = pipe.Process(ctx, cmd)
+		_ = pipe.Process(ctx, onceCmd{cmd})
 		ps = append(ps, piped{e: e, f: f, group: g, cmd: cmd})
 	}
 	var wg sync.WaitGroup
@@ -124,9 +124,10 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		loaded := false
 		scripts, decisions := 0, 0
 		for _, p := range ps {
-			if err := p.cmd.Err(); tryAgain(err) {
-				// A slot that is moving: sent again on its own, where run
-				// waits for the move to end.
+			if err := p.cmd.Err(); notRun(err) {
+				// Refused before it ran: a slot that is moving, or a
+				// master not ready. Sent again on its own, where run
+				// waits for the move to end, and go-redis retries.
 				again = append(again, p.group)
 				continue
 			} else if functionMissing(err) || functionsRefused(err) {
