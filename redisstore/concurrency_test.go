@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +183,73 @@ func TestSlotsClusterLibraryFlushed(t *testing.T) {
 	if s := st.SlotStats(); s.Ops < workers*rounds {
 		t.Fatalf("%+v", s)
 	}
+}
+
+// TestSlotsClusterReshardUnderLoad moves 2,000 slots, permits and all,
+// from one master to another with redis-cli --cluster reshard while 64
+// goroutines acquire and release on 500 keys of a limit of 2: no
+// operation fails, no acquire is granted beyond the limit, every release
+// of a granted permit gives its slot back, and every key ends with
+// nothing held.
+func TestSlotsClusterReshardUnderLoad(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	st, c := slotsOn(t, cluster.Client(t), 2, time.Minute, nil)
+	ctx := context.Background()
+	const workers, keys = 64, 500
+	stop := make(chan struct{})
+	var granted, denied atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i += workers {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprint("k", i*7919%keys)
+				r, err := c.Acquire(ctx, key)
+				switch {
+				case err != nil:
+					errs <- fmt.Errorf("acquire on %s: %w", key, err)
+					return
+				case !r.Allowed:
+					denied.Add(1)
+					continue
+				case r.Held > 2:
+					errs <- fmt.Errorf("acquire on %s: %+v, more than 2 held", key, r)
+					return
+				}
+				granted.Add(1)
+				rel, err := c.Release(ctx, r.Permit)
+				if err != nil || !rel.Allowed {
+					errs <- fmt.Errorf("release on %s: %+v, %v; want released", key, rel, err)
+					return
+				}
+			}
+		}()
+	}
+	start := time.Now()
+	cluster.Reshard(t, cluster.Addrs[0], cluster.Addrs[1], 2000, 90*time.Second)
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for k := range keys {
+		in, err := c.Inspect(ctx, fmt.Sprint("k", k))
+		if err != nil || in.Held != 0 {
+			t.Errorf("k%d after the load: %+v, %v; want nothing held", k, in, err)
+		}
+	}
+	s := st.SlotStats()
+	t.Logf("2000 slots moved in %s; %d pairs, %d acquires denied; %.2f operations per script call",
+		took.Round(time.Millisecond), granted.Load(), denied.Load(), float64(s.Ops)/float64(max(s.ScriptCalls, 1)))
 }
 
 // TestSlotsUnderOOM: while Redis is out of memory (maxmemory with
