@@ -283,11 +283,11 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || notRun(err)) {
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || sendAgain(err)) {
 			// That master lost its scripts or the library (a restart,
 			// a failover), or refuses functions: runSlots loads them
 			// again, or uses the script. Or it refused the call before
-			// running it (see onceCmd), as while the slot is moving:
+			// running it (sendAgain), as while the slot is moving:
 			// runSlots waits for the move to end.
 			keys, args := s.slotArgs(g)
 			res, err = s.runSlots(ctx, keys, args).Result()

@@ -853,6 +853,16 @@ type onceCmd struct{ *redis.Cmd }
 // NoRetry implements redis.Cmder: the command is never sent again.
 func (onceCmd) NoRetry() bool { return true }
 
+// sendAgain reports whether err, a onceCmd's after its pipeline, says
+// that Redis refused the call before it ran, so that it may go again:
+// notRun's errors but MOVED and ASK. go-redis followed those already,
+// and does not clear a command's error before it sends it again, so
+// that a call whose send after a MOVED failed on its connection keeps
+// the MOVED, and may have run.
+func sendAgain(err error) bool {
+	return notRun(err) && !strings.HasPrefix(err.Error(), "MOVED ") && !strings.HasPrefix(err.Error(), "ASK ")
+}
+
 // functionMissing reports whether err is Redis saying the library is not
 // loaded: the call was not run.
 func functionMissing(err error) bool {
