@@ -189,14 +189,18 @@ func (s *Store) slotDo(ctx context.Context, c *slotCall) error {
 }
 
 // slotLead sends batch (whose first call is the caller's own), wakes its
-// other callers, and hands the queue to the first caller queued.
+// other callers as their results are set, and hands the queue to the
+// first caller queued.
 func (s *Store) slotLead(batch []*slotCall) {
 	sctx, cancel := slotCallersContext(batch, batchTimeout)
-	s.sendSlots(sctx, batch)
+	s.sendSlots(sctx, batch, func(calls []*slotCall) {
+		for _, c := range calls {
+			if c != batch[0] {
+				c.wake <- false
+			}
+		}
+	})
 	cancel()
-	for _, c := range batch[1:] {
-		c.wake <- false
-	}
 	b := &s.slotBatch
 	b.mu.Lock()
 	if len(b.queue) == 0 {
@@ -244,8 +248,14 @@ func (s *Store) slotMaxBatch() int {
 }
 
 // sendSlots runs calls in one script call, or, on a Cluster, one per slot
-// in one pipeline, and sets each call's result.
-func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
+// in one pipeline, sets each call's result, and passes each group of
+// calls whose results are set to ready (when not nil), once: the slots
+// whose calls go again (see sendAgain) do not hold up the others'
+// callers, as a slot's move may take seconds.
+func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*slotCall)) {
+	if ready == nil {
+		ready = func([]*slotCall) {}
+	}
 	groups := [][]*slotCall{calls}
 	if s.cluster {
 		bySlot := map[int]int{}
@@ -266,6 +276,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 		keys, args := s.slotArgs(groups[0])
 		res, err := s.runSlots(ctx, keys, args).Result()
 		s.slotResults(groups[0], res, err)
+		ready(groups[0])
 		return
 	}
 	pipe := s.client.Pipeline()
@@ -281,6 +292,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 		_ = pipe.Process(ctx, onceCmd{cmds[i]})
 	}
 	_, _ = pipe.Exec(ctx)
+	var again sync.WaitGroup
 	for i, g := range groups {
 		res, err := cmds[i].Result()
 		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || sendAgain(err)) {
@@ -288,12 +300,21 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall) {
 			// a failover), or refuses functions: runSlots loads them
 			// again, or uses the script. Or it refused the call before
 			// running it (sendAgain), as while the slot is moving:
-			// runSlots waits for the move to end.
-			keys, args := s.slotArgs(g)
-			res, err = s.runSlots(ctx, keys, args).Result()
+			// runSlots waits for the move to end, beside the others.
+			again.Add(1)
+			go func() {
+				defer again.Done()
+				keys, args := s.slotArgs(g)
+				res, err := s.runSlots(ctx, keys, args).Result()
+				s.slotResults(g, res, err)
+				ready(g)
+			}()
+			continue
 		}
 		s.slotResults(g, res, err)
+		ready(g)
 	}
+	again.Wait()
 }
 
 // runSlots runs slots.lua, as the library's function while Redis takes

@@ -68,7 +68,7 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 		if len(sent) == 0 {
 			continue
 		}
-		s.sendSlots(ctx, sent)
+		s.sendSlots(ctx, sent, nil)
 		for i, c := range sent {
 			key := keys[0]
 			for _, k := range keys {
@@ -110,11 +110,14 @@ func TestSlotBatchesMatchStep(t *testing.T) {
 	}
 }
 
-// TestSlotPipelineTryAgainRunsOnce sends a Cluster master a pipeline of
-// two slots' calls, the first refused with TRYAGAIN (two keys of a
-// migrating slot, one of them there), and checks that the acquire beside
-// it ran once: run again, it found its permit held already and failed.
-// (TestPipelineTryAgainRunsOnce does the same for rate limits.)
+// TestSlotPipelineTryAgainRunsOnce sends a Cluster master a batch of two
+// slots' calls, as slotLead sends its callers' operations, the first slot
+// refused with TRYAGAIN (two keys of a migrating slot, one of them there):
+// the acquire beside it runs once (run again, it found its permit held
+// already and failed), and its caller has its answer while the slot still
+// migrates; the refused ones go again until the slot is settled, and are
+// granted then. (TestPipelineTryAgainRunsOnce does the same for rate
+// limits.)
 func TestSlotPipelineTryAgainRunsOnce(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	clock := storetest.NewClock(storetest.Base)
@@ -136,18 +139,20 @@ func TestSlotPipelineTryAgainRunsOnce(t *testing.T) {
 		}
 	}
 	spec := slot.Spec{Slots: 3, Lease: 60_000_000}
-	acquire := func(ctx context.Context, keys ...string) []*slotCall {
+	acquires := func(keys ...string) []*slotCall {
 		calls := make([]*slotCall, len(keys))
 		for i, k := range keys {
 			var b [16]byte
 			b[0], b[1] = byte(i), byte(len(keys))
-			calls[i] = &slotCall{ctx: ctx, rkey: s.slotKey(k), slot: slotOfKey(k), op: slot.Op{Kind: slot.Acquire, ID: storekit.NewPermitID(k, b)}, spec: spec}
+			calls[i] = &slotCall{ctx: ctx, rkey: s.slotKey(k), slot: slotOfKey(k), wake: make(chan bool, 1),
+				op: slot.Op{Kind: slot.Acquire, ID: storekit.NewPermitID(k, b)}, spec: spec}
 		}
-		s.sendSlots(ctx, calls)
 		return calls
 	}
-	if c := acquire(ctx, moving[0])[0]; c.err != nil {
-		t.Fatal(c.err)
+	first := acquires(moving[0])
+	s.sendSlots(ctx, first, nil)
+	if first[0].err != nil {
+		t.Fatal(first[0].err)
 	}
 	var admin *redis.Client
 	var to string
@@ -161,21 +166,35 @@ func TestSlotPipelineTryAgainRunsOnce(t *testing.T) {
 	if err := admin.Do(ctx, "CLUSTER", "SETSLOT", slotOfKey(moving[0]), "MIGRATING", cluster.NodeID(t, to)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	calls := acquire(short, moving[0], moving[1], beside)
-	cancel()
+	// The first call leads, as slotDo's caller does.
+	calls := acquires(moving[0], moving[1], beside)
+	s.slotBatch.mu.Lock()
+	s.slotBatch.inflight++
+	s.slotBatch.mu.Unlock()
+	led := make(chan struct{})
+	go func() {
+		defer close(led)
+		s.slotLead(calls)
+	}()
+	select {
+	case <-calls[2].wake:
+	case <-time.After(batchTimeout / 2):
+		t.Fatal("the acquire beside the migrating slot's: no answer while the slot migrates")
+	}
+	if c := calls[2]; c.err != nil || !c.v.OK || c.v.Held != 1 {
+		t.Errorf("the acquire beside them: %+v, %v; want done, 1 held", c.v, c.err)
+	}
 	if err := admin.Do(ctx, "CLUSTER", "SETSLOT", slotOfKey(moving[0]), "STABLE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range calls[:2] {
-		if c.err == nil {
-			t.Errorf("acquire %d in the migrating slot: %+v, want an error (TRYAGAIN until its caller gave up)", i, c.v)
+	<-calls[1].wake
+	<-led
+	for i, want := range []int64{2, 1} {
+		if c := calls[i]; c.err != nil || !c.v.OK || c.v.Held != want {
+			t.Errorf("acquire %d in the slot, settled: %+v, %v; want done, %d held", i, c.v, c.err, want)
 		}
 	}
-	if c := calls[2]; c.err != nil || c.v.Held != 1 {
-		t.Errorf("the acquire beside them: %+v, %v; want done, 1 held", c.v, c.err)
-	}
-	for k, want := range map[string]int64{moving[0]: 1, moving[1]: 0, beside: 1} {
+	for k, want := range map[string]int64{moving[0]: 2, moving[1]: 1, beside: 1} {
 		if n, err := admin.ZCard(ctx, s.slotKey(k)).Result(); err != nil || n != want {
 			t.Errorf("%s holds %d permits (%v), want %d", k, n, err, want)
 		}
