@@ -28,8 +28,10 @@ import (
 // Operations made while others are in flight go together: a caller that
 // finds fewer than slotInflight script calls out sends its own at once;
 // the others queue, and when a call returns, the first caller queued sends
-// the queue (up to MaxBatch) in the next. No goroutine is started. On a
-// Cluster a batch goes as one script call per slot, in one pipeline.
+// the queue (up to MaxBatch) in the next; its callers are woken as their
+// results are set. No goroutine is started but to send a Cluster slot's
+// refused call again beside the others (see sendSlots). On a Cluster a
+// batch goes as one script call per slot, in one pipeline.
 
 //go:embed slots.lua
 var slotsSource string
@@ -293,6 +295,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 	}
 	_, _ = pipe.Exec(ctx)
 	var again sync.WaitGroup
+	loaded := false
 	for i, g := range groups {
 		res, err := cmds[i].Result()
 		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || sendAgain(err)) {
@@ -301,6 +304,11 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 			// again, or uses the script. Or it refused the call before
 			// running it (sendAgain), as while the slot is moving:
 			// runSlots waits for the move to end, beside the others.
+			if functionMissing(err) && !loaded {
+				// Once for the batch, not by each slot's call at once.
+				s.loadLibrary(ctx) // if it fails, runSlots tries again and says why
+				loaded = true
+			}
 			again.Add(1)
 			go func() {
 				defer again.Done()

@@ -176,6 +176,7 @@ func TestSlotPipelineTryAgainRunsOnce(t *testing.T) {
 		defer close(led)
 		s.slotLead(calls)
 	}()
+	t.Cleanup(func() { <-led }) // before the Store and the Cluster stop
 	select {
 	case <-calls[2].wake:
 	case <-time.After(batchTimeout / 2):
@@ -189,6 +190,11 @@ func TestSlotPipelineTryAgainRunsOnce(t *testing.T) {
 	}
 	<-calls[1].wake
 	<-led
+	for i, c := range calls {
+		if n := len(c.wake); n != 0 {
+			t.Errorf("call %d woken %d times more (the leader never)", i, n)
+		}
+	}
 	for i, want := range []int64{2, 1} {
 		if c := calls[i]; c.err != nil || !c.v.OK || c.v.Held != want {
 			t.Errorf("acquire %d in the slot, settled: %+v, %v; want done, %d held", i, c.v, c.err, want)
