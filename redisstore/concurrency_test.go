@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,30 +110,14 @@ func TestSlotsBatched(t *testing.T) {
 				t.Fatalf("alone: %+v, want a script call per operation", s)
 			}
 			const workers, rounds, keys = 32, 30, 50
-			var wg sync.WaitGroup
-			errs := make(chan error, workers)
-			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range rounds {
-						key := fmt.Sprint("k", (w*rounds+i)%keys)
-						r, err := c.Acquire(ctx, key)
-						if err == nil && r.Allowed {
-							_, err = c.Release(ctx, r.Permit)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
+			hammer(t, workers, rounds, func(w, i int) error {
+				key := fmt.Sprint("k", (w*rounds+i)%keys)
+				r, err := c.Acquire(ctx, key)
+				if err == nil && r.Allowed {
+					_, err = c.Release(ctx, r.Permit)
+				}
+				return err
+			})
 			s := st.SlotStats()
 			if s.ScriptCalls > s.Ops || s.Ops < workers*rounds {
 				t.Fatalf("%+v", s)
@@ -198,49 +181,37 @@ func TestSlotsClusterReshardUnderLoad(t *testing.T) {
 	const workers, keys = 64, 500
 	stop := make(chan struct{})
 	var granted, denied atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; ; i += workers {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprint("k", i*7919%keys)
-				r, err := c.Acquire(ctx, key)
-				switch {
-				case err != nil:
-					errs <- fmt.Errorf("acquire on %s: %w", key, err)
-					return
-				case !r.Allowed:
-					denied.Add(1)
-					continue
-				case r.Held > 2:
-					errs <- fmt.Errorf("acquire on %s: %+v, more than 2 held", key, r)
-					return
-				}
-				granted.Add(1)
-				rel, err := c.Release(ctx, r.Permit)
-				if err != nil || !rel.Allowed {
-					errs <- fmt.Errorf("release on %s: %+v, %v; want released", key, rel, err)
-					return
-				}
-			}
-		}()
+	running := func(int) bool {
+		select {
+		case <-stop:
+			return false
+		default:
+			return true
+		}
 	}
+	wait := goHammer(workers, running, func(w, i int) error {
+		key := fmt.Sprint("k", (w+i*workers)*7919%keys)
+		r, err := c.Acquire(ctx, key)
+		switch {
+		case err != nil:
+			return fmt.Errorf("acquire on %s: %w", key, err)
+		case !r.Allowed:
+			denied.Add(1)
+			return nil
+		case r.Held > 2:
+			return fmt.Errorf("acquire on %s: %+v, more than 2 held", key, r)
+		}
+		granted.Add(1)
+		if rel, err := c.Release(ctx, r.Permit); err != nil || !rel.Allowed {
+			return fmt.Errorf("release on %s: %+v, %v; want released", key, rel, err)
+		}
+		return nil
+	})
 	start := time.Now()
 	cluster.Reshard(t, cluster.Addrs[0], cluster.Addrs[1], 2000, 90*time.Second)
 	took := time.Since(start)
 	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	wait(t)
 	for k := range keys {
 		in, err := c.Inspect(ctx, fmt.Sprint("k", k))
 		if err != nil || in.Held != 0 {

@@ -846,8 +846,8 @@ func scriptCmd(ctx context.Context, verb string, script any, keys []string, args
 // again when the first one's error is one it retries (TRYAGAIN while a
 // slot migrates, CLUSTERDOWN, a broken connection), those that ran too,
 // so that they were charged twice. The store sends again, alone, only
-// the calls that Redis refused before they ran (notRun); go-redis still
-// follows a MOVED or ASK answer, which a call gets before it runs.
+// the calls that Redis refused before they ran (sendAgain); go-redis
+// still follows a MOVED or ASK answer, which a call gets before it runs.
 type onceCmd struct{ *redis.Cmd }
 
 // NoRetry implements redis.Cmder: the command is never sent again.
@@ -860,7 +860,11 @@ func (onceCmd) NoRetry() bool { return true }
 // that a call whose send after a MOVED failed on its connection keeps
 // the MOVED, and may have run.
 func sendAgain(err error) bool {
-	return notRun(err) && !strings.HasPrefix(err.Error(), "MOVED ") && !strings.HasPrefix(err.Error(), "ASK ")
+	if !notRun(err) {
+		return false
+	}
+	msg := err.Error()
+	return !strings.HasPrefix(msg, "MOVED ") && !strings.HasPrefix(msg, "ASK ")
 }
 
 // functionMissing reports whether err is Redis saying the library is not
