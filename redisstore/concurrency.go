@@ -298,7 +298,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 	loaded := false
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || sendAgain(err)) {
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || resendable(err)) {
 			// That master lost its scripts or the library (a restart,
 			// a failover), or refuses functions: runSlots loads them
 			// again, or uses the script. Or it refused the call before
@@ -334,7 +334,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.Cmd {
 	cmd := s.run(ctx, entrySlots, keys, args)
 	if oomRefused(cmd.Err()) && !s.noFunctions.Load() {
-		cmd = s.scripts.scripts[entrySlots].Run(ctx, s.client, keys, args...)
+		cmd = s.evalScript(ctx, entrySlots, keys, args)
 	}
 	return cmd
 }

@@ -157,7 +157,7 @@ func (s *Store) sendCross(ctx context.Context, groups [][]*call) [][]*call {
 		case crossUnsupported(err):
 			s.crossOff(err)
 			return append(rest, again...)
-		case notRun(err):
+		case notRun(err) || unsent(err):
 			// Nothing ran: the per-slot path sends them to their owners.
 			s.cross.refused.Add(uint64(len(parts)))
 			cc.ReloadState(ctx)
@@ -219,7 +219,7 @@ func (s *Store) crossDecoded(ctx context.Context, p crossPart, res string, err e
 // one that was flushed), and returns its reply.
 func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (string, error) {
 	cmd := redis.NewCmd(ctx, argv...)
-	_ = node.Process(ctx, cmd) // the error is cmd's
+	_ = node.Process(ctx, onceCmd{cmd}) // the error is cmd's
 	res, err := cmd.Text()
 	if !functionMissing(err) {
 		return res, err
@@ -231,7 +231,7 @@ func (s *Store) runCross(ctx context.Context, node *redis.Client, argv []any) (s
 		return "", err
 	}
 	cmd = redis.NewCmd(ctx, argv...)
-	_ = node.Process(ctx, cmd)
+	_ = node.Process(ctx, onceCmd{cmd})
 	return cmd.Text()
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -713,36 +714,59 @@ func bigEndian64(b string) uint64 {
 var errNotFast = errors.New("redisstore: the key's override is for decide.lua")
 
 // run calls entry e's function of the library while Redis takes
-// functions, and runs its script, the function's equal, otherwise. A
-// call that a Cluster refuses with TRYAGAIN goes again until it runs,
-// the caller's context ends, or tryAgainFor has passed: while a slot
-// migrates, Redis refuses every call that declares keys of it some of
-// which are missing (as an absent override key usually is), until the
-// slot has moved; go-redis's own few retries end sooner than a slot's
-// move on a loaded host. Nothing ran, so nothing was charged.
+// functions, and runs its script, the function's equal, otherwise. The
+// call is sent at most once (see onceCmd) unless Redis did not run it:
+//   - a call that a Cluster refuses with TRYAGAIN goes again until it
+//     runs, the caller's context ends, or tryAgainFor has passed: while a
+//     slot migrates, Redis refuses every call that declares keys of it
+//     some of which are missing (as an absent override key usually is),
+//     until the slot has moved, which on a loaded host takes longer than
+//     go-redis's few retries;
+//   - a call refused otherwise before it ran (see sendAgain), or that
+//     never reached Redis (see unsent), goes again as often as the
+//     client's retry options say, as go-redis sends a command again.
+//
+// A call whose fate is unknown (a connection broken or timed out after
+// the send) is not sent again: it may have run, and a second run would
+// charge its requests twice, or find its own acquire's permit held.
 func (s *Store) run(ctx context.Context, e entry, keys []string, args []any) *redis.Cmd {
 	cmd := s.runOnce(ctx, e, keys, args)
-	if !tryAgain(cmd.Err()) {
+	if cmd.Err() == nil {
 		return cmd
 	}
-	return untilMoved(ctx, cmd, func() *redis.Cmd { return s.runOnce(ctx, e, keys, args) })
+	return s.untilRun(ctx, cmd, func() *redis.Cmd { return s.runOnce(ctx, e, keys, args) })
 }
 
-// untilMoved calls again while cmd, call's last answer, is TRYAGAIN, as
-// run does, and returns the last answer.
-func untilMoved(ctx context.Context, cmd *redis.Cmd, call func() *redis.Cmd) *redis.Cmd {
+// untilRun calls again while cmd, call's last answer, says that the call
+// did not run, as run does, and returns the last answer.
+func (s *Store) untilRun(ctx context.Context, cmd *redis.Cmd, call func() *redis.Cmd) *redis.Cmd {
 	deadline := time.Now().Add(tryAgainFor)
-	for wait := tryAgainWait; tryAgain(cmd.Err()) && time.Now().Before(deadline); wait = min(2*wait, tryAgainMaxWait) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+	moveWait, tries := tryAgainWait, 0
+	for {
+		var wait time.Duration
+		switch err := cmd.Err(); {
+		case tryAgain(err):
+			if !time.Now().Before(deadline) {
+				return cmd
+			}
+			wait, moveWait = moveWait, min(2*moveWait, tryAgainMaxWait)
+		case resendable(err) && tries < s.resends.tries:
+			tries++
+			wait = s.resends.wait(tries)
+		default:
 			return cmd
-		case <-t.C:
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return cmd
+			case <-t.C:
+			}
 		}
 		cmd = call()
 	}
-	return cmd
 }
 
 // The waits between the calls that run sends again after TRYAGAIN: from
@@ -753,17 +777,64 @@ const (
 	tryAgainFor     = 10 * time.Second
 )
 
+// resends is how often run sends again a call that did not run, other
+// than for a slot's move, and how long it waits before each time: the
+// client's own retry options (MaxRetries, or a Cluster's MaxRedirects,
+// and its retry backoff), with which go-redis sends again any command
+// that it may.
+type resends struct {
+	tries            int
+	minWait, maxWait time.Duration
+}
+
+// resendsOf returns client's resends; go-redis's defaults for a client
+// whose options it cannot read.
+func resendsOf(client redis.UniversalClient) resends {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		return resends{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
+	case *redis.ClusterClient:
+		o := c.Options()
+		return resends{o.MaxRedirects, o.MinRetryBackoff, o.MaxRetryBackoff}
+	}
+	return resends{3, 10 * time.Millisecond, time.Second}
+}
+
+// wait returns the wait before the try-th time a call goes again (from
+// 1): minWait doubled each time, maxWait at most.
+func (r resends) wait(try int) time.Duration {
+	w := r.minWait
+	for i := 1; i < try && w < r.maxWait; i++ {
+		w *= 2
+	}
+	return min(w, r.maxWait)
+}
+
 // tryAgain reports whether err is a Cluster's TRYAGAIN: a call not run,
 // because some of its keys are in a slot that is moving.
 func tryAgain(err error) bool {
 	return isRedisError(err) && strings.HasPrefix(err.Error(), "TRYAGAIN ")
 }
 
+// unsent reports whether err says that a command never reached Redis: no
+// connection could be made (a refused or timed-out dial, a server at
+// its maxclients), or none was free in the pool in time.
+func unsent(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || strings.HasPrefix(err.Error(), "ERR max number of clients reached")
+}
+
 // runOnce is run's one call (and the library's loading).
 func (s *Store) runOnce(ctx context.Context, e entry, keys []string, args []any) *redis.Cmd {
-	script := s.scripts.scripts[e]
 	if s.noFunctions.Load() {
-		return script.Run(ctx, s.client, keys, args...)
+		return s.evalScript(ctx, e, keys, args)
 	}
 	fn, fkeys, fargs := s.scripts.fns[e], keys, args
 	if afn := s.scripts.argKeysFns[e]; s.argKeys && afn != nil {
@@ -778,7 +849,7 @@ func (s *Store) runOnce(ctx context.Context, e entry, keys []string, args []any)
 				// A failure to reach a server: on a Cluster, perhaps
 				// another master than this call's, which answered. This
 				// call uses a script, and a later one loads the library.
-				return script.Run(ctx, s.client, keys, args...)
+				return s.evalScript(ctx, e, keys, args)
 			}
 			if !notRun(err) {
 				s.noFunctions.Store(true) // refused: use scripts
@@ -786,7 +857,7 @@ func (s *Store) runOnce(ctx context.Context, e entry, keys []string, args []any)
 			// Refused for the moment (READONLY from a master that a
 			// failover demoted, LOADING): this call uses a script, and a
 			// later one loads the library again.
-			return script.Run(ctx, s.client, keys, args...)
+			return s.evalScript(ctx, e, keys, args)
 		}
 		cmd = s.fcall(ctx, fn, fkeys, fargs)
 	}
@@ -801,14 +872,27 @@ func (s *Store) runOnce(ctx context.Context, e entry, keys []string, args []any)
 	default:
 		return cmd // a failure to reach Redis, or the function's own error
 	}
-	return script.Run(ctx, s.client, keys, args...)
+	return s.evalScript(ctx, e, keys, args)
 }
 
 // fcall calls the library's function fn (its name, boxed once: see
 // scriptSet) on keys with args.
 func (s *Store) fcall(ctx context.Context, fn any, keys []string, args []any) *redis.Cmd {
 	cmd := fcallCmd(ctx, fn, keys, args)
-	_ = s.client.Process(ctx, cmd) // the error is cmd's
+	_ = s.client.Process(ctx, onceCmd{cmd}) // the error is cmd's
+	return cmd
+}
+
+// evalScript runs entry e's script with EVALSHA, and with EVAL (which
+// loads it) when Redis answers NOSCRIPT, as go-redis's Script.Run does,
+// each sent once (see onceCmd).
+func (s *Store) evalScript(ctx context.Context, e entry, keys []string, args []any) *redis.Cmd {
+	cmd := evalshaCmd(ctx, s.scripts.scripts[e].Hash(), keys, args)
+	_ = s.client.Process(ctx, onceCmd{cmd})
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = scriptCmd(ctx, "eval", s.scripts.sources[e], keys, args)
+		_ = s.client.Process(ctx, onceCmd{cmd})
+	}
 	return cmd
 }
 
@@ -841,12 +925,14 @@ func scriptCmd(ctx context.Context, verb string, script any, keys []string, args
 	return cmd
 }
 
-// onceCmd is a script call in a Cluster pipeline, which go-redis must not
-// send again: it may have run. go-redis sends all of a master's commands
-// again when the first one's error is one it retries (TRYAGAIN while a
-// slot migrates, CLUSTERDOWN, a broken connection), those that ran too,
-// so that they were charged twice. The store sends again, alone, only
-// the calls that Redis refused before they ran (sendAgain); go-redis
+// onceCmd is a script call, which go-redis must not send again: it may
+// have run. go-redis sends a command again after a broken connection or
+// a read timeout, when the command may have run, and in a Cluster
+// pipeline sends all of a master's commands again when the first one's
+// error is one it retries (TRYAGAIN while a slot migrates, CLUSTERDOWN),
+// those that ran too: a second run charges the call's requests twice,
+// and finds its acquires' permits held already. The store sends again
+// only the calls that did not run (see run and sendAgain); go-redis
 // still follows a MOVED or ASK answer, which a call gets before it runs.
 type onceCmd struct{ *redis.Cmd }
 
@@ -865,6 +951,12 @@ func sendAgain(err error) bool {
 	}
 	msg := err.Error()
 	return !strings.HasPrefix(msg, "MOVED ") && !strings.HasPrefix(msg, "ASK ")
+}
+
+// resendable reports whether err says that a call did not run and may go
+// again: sendAgain's refusals, and unsent's failures to reach Redis.
+func resendable(err error) bool {
+	return sendAgain(err) || unsent(err)
 }
 
 // functionMissing reports whether err is Redis saying the library is not

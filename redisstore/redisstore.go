@@ -131,6 +131,7 @@ type Options struct {
 type Store struct {
 	client   redis.UniversalClient
 	cluster  bool
+	resends  resends // how run sends again a call that did not run
 	prefix   string
 	clock    floodgate.Clock
 	extraTTL int64 // ms added to every expiry
@@ -209,6 +210,7 @@ func New(client redis.UniversalClient, opts *Options) *Store {
 	}
 	s.noFunctions.Store(o.DisableFunctions)
 	_, s.cluster = client.(*redis.ClusterClient)
+	s.resends = resendsOf(client)
 	s.watch(client)
 	if o.Clock != nil {
 		s.extraTTL = injectedClockTTL.Milliseconds()

@@ -3,7 +3,15 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // replyErr is an error reply from Redis, as go-redis gives it.
@@ -35,6 +43,63 @@ func TestSendAgain(t *testing.T) {
 	for _, tt := range tests {
 		if got := sendAgain(tt.err); got != tt.want {
 			t.Errorf("sendAgain(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestUnsent: a failure to reach Redis goes again; a failure after the
+// send, whose call may have run, does not.
+func TestUnsent(t *testing.T) {
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	read := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{dial, true},
+		{fmt.Errorf("redis: %w", dial), true},
+		{redis.ErrPoolTimeout, true},
+		{replyErr("ERR max number of clients reached"), true},
+		{read, false},
+		{io.EOF, false},
+		{io.ErrUnexpectedEOF, false},
+		{context.DeadlineExceeded, false},
+		{replyErr("TRYAGAIN Multiple keys request during rehashing of slot"), false},
+		{redis.ErrClosed, false},
+	}
+	for _, tt := range tests {
+		if got := unsent(tt.err); got != tt.want {
+			t.Errorf("unsent(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestResends: the store sends a call that did not run again as the
+// client's retry options say.
+func TestResends(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		client redis.UniversalClient
+		want   resends
+	}{
+		{redis.NewClient(&redis.Options{}), resends{3, 10 * ms, time.Second}},
+		{redis.NewClient(&redis.Options{MaxRetries: -1}), resends{0, 10 * ms, time.Second}},
+		{redis.NewClient(&redis.Options{MaxRetries: 5, MinRetryBackoff: ms, MaxRetryBackoff: 4 * ms}), resends{5, ms, 4 * ms}},
+		{redis.NewClusterClient(&redis.ClusterOptions{}), resends{3, 10 * ms, time.Second}},
+		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1}), resends{0, 10 * ms, time.Second}},
+	}
+	for i, tt := range tests {
+		got := resendsOf(tt.client)
+		tt.client.Close()
+		if got != tt.want {
+			t.Errorf("client %d: %+v, want %+v", i, got, tt.want)
+		}
+	}
+	r := resends{tries: 5, minWait: ms, maxWait: 5 * ms}
+	for try, want := range []time.Duration{1: ms, 2: 2 * ms, 3: 4 * ms, 4: 5 * ms, 5: 5 * ms} {
+		if try > 0 && r.wait(try) != want {
+			t.Errorf("wait(%d) = %v, want %v", try, r.wait(try), want)
 		}
 	}
 }

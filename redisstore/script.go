@@ -33,9 +33,10 @@ var (
 // protocol.go's Assembly). It is immutable.
 type scriptSet struct {
 	// The scripts, by entry, for a Redis without functions (see
-	// library): go-redis runs each with EVALSHA, and falls back to EVAL
-	// (which loads it) when Redis answers NOSCRIPT.
+	// library), and their sources: the Store runs each with EVALSHA, and
+	// with EVAL (which loads it) when Redis answers NOSCRIPT.
 	scripts [entries]*redis.Script
+	sources [entries]string
 	// The library's function of each entry, its name boxed once as
 	// FCALL's argument (see fcallCmd), and the function that does the
 	// same with its keys as arguments (argKeysArgs), nil for none.
@@ -88,16 +89,19 @@ func newScriptSet(prelude, entry string) *scriptSet {
 		entry += "\n"
 	}
 	head := "local scriptKeys, scriptArgv = KEYS, ARGV\n" + prelude + "init()\n"
-	script := func(src, call string) *redis.Script {
-		return redis.NewScript(expandLua(head + src + "local keys = scriptKeys\n" + entry + "return " + call + "\n"))
+	script := func(src, call string) string {
+		return expandLua(head + src + "local keys = scriptKeys\n" + entry + "return " + call + "\n")
 	}
-	set := &scriptSet{scripts: [entries]*redis.Script{
+	set := &scriptSet{sources: [entries]string{
 		entryBucket:  script(bucketSource, "bucketOne(keys[1], keys[2], scriptArgv[1])"),
 		entryBuckets: script(bucketSource, "bucketBatch(keys, scriptArgv)"),
 		entryDecide:  script(decideSource, "decideBatch(keys, scriptArgv)"),
 		// slots.lua needs nothing of the prelude, nor entry's checks.
-		entrySlots: redis.NewScript(expandSlotLua(slotsSource) + "return slotsCall(KEYS, ARGV)\n"),
+		entrySlots: expandSlotLua(slotsSource) + "return slotsCall(KEYS, ARGV)\n",
 	}}
+	for e, src := range set.sources {
+		set.scripts[e] = redis.NewScript(src)
+	}
 	set.libraryCode, set.libraryName = library(prelude, entry)
 	name := set.libraryName
 	set.fns = [entries]any{entryBucket: name + "_bucket", entryBuckets: name + "_buckets", entryDecide: name + "_decide", entrySlots: name + "_slots"}

@@ -124,7 +124,7 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		loaded := false
 		scripts, decisions := 0, 0
 		for _, p := range ps {
-			if err := p.cmd.Err(); sendAgain(err) {
+			if err := p.cmd.Err(); resendable(err) {
 				// Refused before it ran: a slot that is moving, or a
 				// master not ready. Sent again on its own, where run
 				// waits for the move to end, and go-redis retries.
