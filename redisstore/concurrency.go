@@ -252,7 +252,7 @@ func (s *Store) slotMaxBatch() int {
 // sendSlots runs calls in one script call, or, on a Cluster, one per slot
 // in one pipeline, sets each call's result, and passes each group of
 // calls whose results are set to ready (when not nil), once: the slots
-// whose calls go again (see sendAgain) do not hold up the others'
+// whose calls go again (see run) do not hold up the others'
 // callers, as a slot's move may take seconds.
 func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*slotCall)) {
 	if ready == nil {
@@ -298,7 +298,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 	loaded := false
 	for i, g := range groups {
 		res, err := cmds[i].Result()
-		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || resendable(err)) {
+		if err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || functionMissing(err) || functionsRefused(err) || fns && oomRefused(err) || sendAgain(err)) {
 			// That master lost its scripts or the library (a restart,
 			// a failover), or refuses functions: runSlots loads them
 			// again, or uses the script. Or it refused the call before
@@ -334,7 +334,9 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.Cmd {
 	cmd := s.run(ctx, entrySlots, keys, args)
 	if oomRefused(cmd.Err()) && !s.noFunctions.Load() {
-		cmd = s.evalScript(ctx, entrySlots, keys, args)
+		cmd = s.untilRun(ctx, s.evalScript(ctx, entrySlots, keys, args), func() *redis.Cmd {
+			return s.evalScript(ctx, entrySlots, keys, args)
+		})
 	}
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -797,18 +798,24 @@ func resendsOf(client redis.UniversalClient) resends {
 	case *redis.ClusterClient:
 		o := c.Options()
 		return resends{o.MaxRedirects, o.MinRetryBackoff, o.MaxRetryBackoff}
+	case *redis.Ring:
+		o := c.Options()
+		return resends{o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff}
 	}
 	return resends{3, 10 * time.Millisecond, time.Second}
 }
 
 // wait returns the wait before the try-th time a call goes again (from
-// 1): minWait doubled each time, maxWait at most.
+// 1): between half and all of minWait doubled each time, maxWait at
+// most, so that the callers refused together do not all call again at
+// once.
 func (r resends) wait(try int) time.Duration {
 	w := r.minWait
 	for i := 1; i < try && w < r.maxWait; i++ {
 		w *= 2
 	}
-	return min(w, r.maxWait)
+	w = min(w, r.maxWait)
+	return w/2 + rand.N(w/2+1)
 }
 
 // tryAgain reports whether err is a Cluster's TRYAGAIN: a call not run,
@@ -817,18 +824,17 @@ func tryAgain(err error) bool {
 	return isRedisError(err) && strings.HasPrefix(err.Error(), "TRYAGAIN ")
 }
 
-// unsent reports whether err says that a command never reached Redis: no
-// connection could be made (a refused or timed-out dial, a server at
-// its maxclients), or none was free in the pool in time.
+// unsent reports whether err, a lone command's, says that the command
+// never reached Redis: no connection could be made (a refused or
+// timed-out dial), or none was free in the pool in time. (A command in a
+// Cluster pipeline may keep such an error from an earlier try after a
+// later one sent it.)
 func unsent(err error) bool {
 	if err == nil {
 		return false
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	return errors.Is(err, redis.ErrPoolTimeout) || strings.HasPrefix(err.Error(), "ERR max number of clients reached")
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
 }
 
 // runOnce is run's one call (and the library's loading).

@@ -60,7 +60,6 @@ func TestUnsent(t *testing.T) {
 		{dial, true},
 		{fmt.Errorf("redis: %w", dial), true},
 		{redis.ErrPoolTimeout, true},
-		{replyErr("ERR max number of clients reached"), true},
 		{read, false},
 		{io.EOF, false},
 		{io.ErrUnexpectedEOF, false},
@@ -88,6 +87,7 @@ func TestResends(t *testing.T) {
 		{redis.NewClient(&redis.Options{MaxRetries: 5, MinRetryBackoff: ms, MaxRetryBackoff: 4 * ms}), resends{5, ms, 4 * ms}},
 		{redis.NewClusterClient(&redis.ClusterOptions{}), resends{3, 10 * ms, time.Second}},
 		{redis.NewClusterClient(&redis.ClusterOptions{MaxRedirects: -1}), resends{0, 10 * ms, time.Second}},
+		{redis.NewRing(&redis.RingOptions{MaxRetries: 2}), resends{2, 10 * ms, time.Second}},
 	}
 	for i, tt := range tests {
 		got := resendsOf(tt.client)
@@ -96,10 +96,15 @@ func TestResends(t *testing.T) {
 			t.Errorf("client %d: %+v, want %+v", i, got, tt.want)
 		}
 	}
-	r := resends{tries: 5, minWait: ms, maxWait: 5 * ms}
-	for try, want := range []time.Duration{1: ms, 2: 2 * ms, 3: 4 * ms, 4: 5 * ms, 5: 5 * ms} {
-		if try > 0 && r.wait(try) != want {
-			t.Errorf("wait(%d) = %v, want %v", try, r.wait(try), want)
+	r := resends{tries: 5, minWait: 2 * ms, maxWait: 10 * ms}
+	for try, most := range []time.Duration{1: 2 * ms, 2: 4 * ms, 3: 8 * ms, 4: 10 * ms, 5: 10 * ms} {
+		for range 20 {
+			if w := r.wait(try); try > 0 && (w < most/2 || w > most) {
+				t.Errorf("wait(%d) = %v, want %v to %v", try, w, most/2, most)
+			}
 		}
+	}
+	if w := (resends{tries: 1}).wait(1); w != 0 {
+		t.Errorf("wait without a backoff = %v, want 0", w)
 	}
 }

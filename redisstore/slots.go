@@ -124,10 +124,13 @@ func (s *Store) sendPipeline(ctx context.Context, calls []*call) {
 		loaded := false
 		scripts, decisions := 0, 0
 		for _, p := range ps {
-			if err := p.cmd.Err(); resendable(err) {
+			if err := p.cmd.Err(); sendAgain(err) {
 				// Refused before it ran: a slot that is moving, or a
 				// master not ready. Sent again on its own, where run
-				// waits for the move to end, and go-redis retries.
+				// waits for the move to end. (A call that never reached
+				// its master, go-redis's pipeline sends again itself;
+				// its error may outlast a later send, so unsent's
+				// errors do not go again here.)
 				again = append(again, p.group)
 				continue
 			} else if functionMissing(err) || functionsRefused(err) {
