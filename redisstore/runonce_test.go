@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,15 +17,65 @@ import (
 )
 
 // A script call whose reply times out is not sent again: it may have
-// run. The server is stopped (SIGSTOP) while a call is sent, so that the
-// client's read times out; go-redis would send it again on its other
-// pooled connections, and once the server resumes it would run every
-// copy: a rate limit charged four times, an acquire refused as "held
-// already". The call fails with ErrStore, and runs once.
+// run. The server (a Cluster's master of the key) is stopped with SIGSTOP
+// while a call is sent, so that the client's read times out; go-redis
+// would send it again on its other pooled connections, and once the
+// server resumed it would run every copy: a rate limit charged four
+// times, an acquire refused as "held already". The call fails with
+// ErrStore, and runs once.
 func TestTimedOutCallRunsOnce(t *testing.T) {
-	srv := redistest.Start(t)
 	ctx := context.Background()
-	admin := srv.Admin(t)
+	// A client of each kind whose reads time out soon, and what the call
+	// under test on key k goes through: the server to stop, its pool of
+	// connections on a client, and an admin client of it.
+	type target struct {
+		client func(t *testing.T) redis.UniversalClient
+		node   func(t *testing.T, c redis.UniversalClient) (*redistest.Server, *redis.Client)
+		fresh  func(t *testing.T) redis.UniversalClient
+	}
+	const timeout, tries = 100 * time.Millisecond, 3
+	srv := redistest.Start(t)
+	cluster := redistest.StartCluster(t, 3)
+	targets := map[string]target{
+		"standalone": {
+			client: func(t *testing.T) redis.UniversalClient {
+				user, pass := srv.User()
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: pass, TLSConfig: srv.TLS,
+					ReadTimeout: timeout, MaxRetries: tries, MinRetryBackoff: time.Millisecond,
+					MaxRetryBackoff: time.Millisecond, PoolSize: 4})
+				t.Cleanup(func() { c.Close() })
+				return c
+			},
+			node: func(t *testing.T, c redis.UniversalClient) (*redistest.Server, *redis.Client) {
+				return srv, c.(*redis.Client)
+			},
+			fresh: func(t *testing.T) redis.UniversalClient { return srv.Client(t) },
+		},
+		"cluster": {
+			client: func(t *testing.T) redis.UniversalClient {
+				user, pass := cluster.Servers[0].User()
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs, Username: user, Password: pass,
+					TLSConfig: cluster.TLS, ReadTimeout: timeout, MaxRedirects: tries, MinRetryBackoff: time.Millisecond,
+					MaxRetryBackoff: time.Millisecond, PoolSize: 4})
+				t.Cleanup(func() { c.Close() })
+				return c
+			},
+			node: func(t *testing.T, c redis.UniversalClient) (*redistest.Server, *redis.Client) {
+				node, err := c.(*redis.ClusterClient).MasterForKey(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range cluster.Servers {
+					if s.Addr == node.Options().Addr {
+						return s, node
+					}
+				}
+				t.Fatalf("no server at %s", node.Options().Addr)
+				return nil, nil
+			},
+			fresh: func(t *testing.T) redis.UniversalClient { return cluster.Client(t) },
+		},
+	}
 	tests := []struct {
 		name string
 		// op makes the call under test; check reads its outcome
@@ -50,79 +101,80 @@ func TestTimedOutCallRunsOnce(t *testing.T) {
 			}
 		}},
 	}
-	for _, fns := range []bool{true, false} {
-		for _, tt := range tests {
-			t.Run(tt.name+"/functions="+strconv.FormatBool(fns), func(t *testing.T) {
-				if err := admin.FlushAll(ctx).Err(); err != nil {
-					t.Fatal(err)
-				}
-				user, pass := srv.User()
-				client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: pass, TLSConfig: srv.TLS,
-					ReadTimeout: 100 * time.Millisecond, MaxRetries: 3, MinRetryBackoff: time.Millisecond,
-					MaxRetryBackoff: time.Millisecond, PoolSize: 4})
-				t.Cleanup(func() { client.Close() })
-				st := newStore(t, client, &redisstore.Options{Prefix: "once:", DisableFunctions: !fns})
-				lim := limiter(t, st, floodgate.FixedWindow(10, time.Hour))
-				conc, err := floodgate.NewConcurrency(st, 5, time.Hour, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Load the library or scripts, and fill the pool.
-				if _, err := lim.Allow(ctx, "warm"); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := conc.Acquire(ctx, "warm"); err != nil {
-					t.Fatal(err)
-				}
-				// Four pooled connections, each ready for a send: go-redis
-				// sends again on a connection it has set up.
-				var conns []*redis.Conn
-				for range 4 {
-					c := client.Conn()
-					if err := c.Ping(ctx).Err(); err != nil {
+	for _, kind := range []string{"standalone", "cluster"} {
+		tg := targets[kind]
+		for _, fns := range []bool{true, false} {
+			for _, tt := range tests {
+				t.Run(kind+"/"+tt.name+"/functions="+strconv.FormatBool(fns), func(t *testing.T) {
+					prefix := "once" + strconv.Itoa(rand.Int()) + ":"
+					client := tg.client(t)
+					st := newStore(t, client, &redisstore.Options{Prefix: prefix, DisableFunctions: !fns})
+					lim := limiter(t, st, floodgate.FixedWindow(10, time.Hour))
+					conc, err := floodgate.NewConcurrency(st, 5, time.Hour, nil)
+					if err != nil {
 						t.Fatal(err)
 					}
-					conns = append(conns, c)
-				}
-				for _, c := range conns {
-					c.Close()
-				}
-				if err := admin.ConfigResetStat(ctx).Err(); err != nil {
-					t.Fatal(err)
-				}
-				if err := srv.Signal(syscall.SIGSTOP); err != nil {
-					t.Fatal(err)
-				}
-				resumed := false
-				resume := func() {
-					if !resumed {
-						resumed = true
-						if err := srv.Signal(syscall.SIGCONT); err != nil {
-							t.Error(err)
+					// Load the library or scripts where k's call goes.
+					if _, err := lim.AllowN(ctx, "k", 0); err != nil {
+						t.Fatal(err)
+					}
+					if r, err := conc.Acquire(ctx, "k"); err != nil {
+						t.Fatal(err)
+					} else if _, err := conc.Release(ctx, r.Permit); err != nil {
+						t.Fatal(err)
+					}
+					server, node := tg.node(t, client)
+					admin := server.Admin(t)
+					// Four pooled connections, each ready for a send: go-redis
+					// sends again on a connection it has set up.
+					var conns []*redis.Conn
+					for range 4 {
+						c := node.Conn()
+						if err := c.Ping(ctx).Err(); err != nil {
+							t.Fatal(err)
+						}
+						conns = append(conns, c)
+					}
+					for _, c := range conns {
+						c.Close()
+					}
+					if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := server.Signal(syscall.SIGSTOP); err != nil {
+						t.Fatal(err)
+					}
+					resumed := false
+					resume := func() {
+						if !resumed {
+							resumed = true
+							if err := server.Signal(syscall.SIGCONT); err != nil {
+								t.Error(err)
+							}
 						}
 					}
-				}
-				defer resume()
-				err = tt.op(ctx, lim, conc)
-				resume()
-				if !errors.Is(err, floodgate.ErrStore) || errors.Is(err, floodgate.ErrInvalidPermit) {
-					t.Errorf("the call while the server was stopped: %v, want ErrStore", err)
-				}
-				// The copies that a stopped server holds run as it resumes,
-				// before it reads the next command of a new connection.
-				if err := admin.Ping(ctx).Err(); err != nil {
-					t.Fatal(err)
-				}
-				if n := scriptCalls(t, admin); n != 1 {
-					t.Errorf("script calls that ran: %d, want 1", n)
-				}
-				fresh := newStore(t, srv.Client(t), &redisstore.Options{Prefix: "once:", DisableFunctions: !fns})
-				c2, err := floodgate.NewConcurrency(fresh, 5, time.Hour, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tt.check(t, limiter(t, fresh, floodgate.FixedWindow(10, time.Hour)), c2)
-			})
+					defer resume()
+					err = tt.op(ctx, lim, conc)
+					resume()
+					if !errors.Is(err, floodgate.ErrStore) || errors.Is(err, floodgate.ErrInvalidPermit) {
+						t.Errorf("the call while the server was stopped: %v, want ErrStore", err)
+					}
+					// The copies that a stopped server holds run as it
+					// resumes, before it reads a new connection's command.
+					if err := admin.Ping(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if n := scriptCalls(t, admin); n != 1 {
+						t.Errorf("script calls that ran: %d, want 1", n)
+					}
+					fresh := newStore(t, tg.fresh(t), &redisstore.Options{Prefix: prefix, DisableFunctions: !fns})
+					c2, err := floodgate.NewConcurrency(fresh, 5, time.Hour, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					tt.check(t, limiter(t, fresh, floodgate.FixedWindow(10, time.Hour)), c2)
+				})
+			}
 		}
 	}
 }
