@@ -326,7 +326,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 }
 
 // runSlots runs slots.lua, as the library's function while Redis takes
-// functions, and again after TRYAGAIN: see run. Redis refuses a function
+// functions, and again when Redis did not run it: see run. Redis refuses a function
 // whole while it is out of memory (one without the allow-oom flag may
 // write), where it refuses a script's first write that needs memory:
 // then the script runs, so that a release, which frees memory, still

@@ -806,16 +806,23 @@ func resendsOf(client redis.UniversalClient) resends {
 }
 
 // wait returns the wait before the try-th time a call goes again (from
-// 1): between half and all of minWait doubled each time, maxWait at
-// most, so that the callers refused together do not all call again at
-// once.
+// 1), as go-redis's backoff draws it: minWait plus a random part of
+// minWait doubled try times, maxWait at most; 0 without a minWait. The
+// random part keeps the callers refused together from calling again in
+// step.
 func (r resends) wait(try int) time.Duration {
-	w := r.minWait
-	for i := 1; i < try && w < r.maxWait; i++ {
-		w *= 2
+	if r.minWait <= 0 {
+		return 0
 	}
-	w = min(w, r.maxWait)
-	return w/2 + rand.N(w/2+1)
+	spread := r.minWait
+	for i := 0; i < try && spread <= r.maxWait/2; i++ {
+		spread *= 2
+	}
+	most := max(r.maxWait, r.minWait)
+	if extra := rand.N(spread); extra < most-r.minWait {
+		return r.minWait + extra
+	}
+	return most
 }
 
 // tryAgain reports whether err is a Cluster's TRYAGAIN: a call not run,
@@ -825,16 +832,18 @@ func tryAgain(err error) bool {
 }
 
 // unsent reports whether err, a lone command's, says that the command
-// never reached Redis: no connection could be made (a refused or
-// timed-out dial), or none was free in the pool in time. (A command in a
-// Cluster pipeline may keep such an error from an earlier try after a
-// later one sent it.)
+// never reached Redis whole: no connection could be made (a refused or
+// timed-out dial), none was free in the pool in time, or its write
+// failed, and Redis runs no command it has not read to its end. (A
+// command in a Cluster pipeline may keep such an error from an earlier
+// try after a later one sent it, and a pipeline's write may fail after
+// its first commands went whole.)
 func unsent(err error) bool {
 	if err == nil {
 		return false
 	}
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, redis.ErrPoolTimeout)
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "write") || errors.Is(err, redis.ErrPoolTimeout)
 }
 
 // runOnce is run's one call (and the library's loading).

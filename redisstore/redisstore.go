@@ -271,8 +271,19 @@ func NewFromURL(url string, opts *Options) (*Store, error) {
 //
 // Every client it returns bounds its waits by the context's deadline
 // (ContextTimeoutEnabled), so that a hung server costs a caller no more
-// than its context allows (see package fallback).
+// than its context allows (see package fallback), and closes a
+// connection idle for 4 minutes unless the URL's conn_max_idle_time says
+// otherwise (see docs/redis.md).
 func NewClient(url string) (redis.UniversalClient, error) { return NewClientDialer(url, nil) }
+
+// idleConnTimeout is how long a connection of NewClient's clients may sit
+// idle in their pool: less than the idle timeouts of common load
+// balancers and managed Redis services. A connection that one of them
+// closed while idle fails the first script call sent on it where go-redis
+// does not see the close first (over TLS, or through a balancer that
+// drops the flow), since the store does not send a call again that may
+// have run (see docs/redis.md).
+const idleConnTimeout = 4 * time.Minute
 
 // Dialer opens a connection to a Redis server at addr; its signature is
 // go-redis's Options.Dialer's.
@@ -291,6 +302,7 @@ func NewClientDialer(url string, dial Dialer) (redis.UniversalClient, error) {
 				return nil, fmt.Errorf("redisstore: cluster URL: %w", err)
 			}
 			o.ContextTimeoutEnabled = true
+			o.ConnMaxIdleTime = idleTimeout(o.ConnMaxIdleTime)
 			if dial != nil {
 				o.Dialer = dial
 			}
@@ -308,10 +320,20 @@ func NewClientDialer(url string, dial Dialer) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	o.ContextTimeoutEnabled = true
+	o.ConnMaxIdleTime = idleTimeout(o.ConnMaxIdleTime)
 	if dial != nil {
 		o.Dialer = dial
 	}
 	return redis.NewClient(o), nil
+}
+
+// idleTimeout returns d, a URL's conn_max_idle_time, or idleConnTimeout
+// when the URL set none.
+func idleTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return idleConnTimeout
+	}
+	return d
 }
 
 func failoverClient(url string, dial Dialer) (redis.UniversalClient, error) {
@@ -323,6 +345,7 @@ func failoverClient(url string, dial Dialer) (redis.UniversalClient, error) {
 		return nil, errors.New("redisstore: a sentinel URL needs master_name=<the monitored master's name>")
 	}
 	o.ContextTimeoutEnabled = true
+	o.ConnMaxIdleTime = idleTimeout(o.ConnMaxIdleTime)
 	if dial != nil {
 		// go-redis dials the Sentinels and the master with it.
 		o.Dialer = dial

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"syscall"
@@ -61,6 +62,7 @@ func TestUnsent(t *testing.T) {
 		{fmt.Errorf("redis: %w", dial), true},
 		{redis.ErrPoolTimeout, true},
 		{read, false},
+		{&net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}, true},
 		{io.EOF, false},
 		{io.ErrUnexpectedEOF, false},
 		{context.DeadlineExceeded, false},
@@ -97,14 +99,52 @@ func TestResends(t *testing.T) {
 		}
 	}
 	r := resends{tries: 5, minWait: 2 * ms, maxWait: 10 * ms}
-	for try, most := range []time.Duration{1: 2 * ms, 2: 4 * ms, 3: 8 * ms, 4: 10 * ms, 5: 10 * ms} {
+	for try, most := range []time.Duration{1: 6 * ms, 2: 10 * ms, 3: 10 * ms, 4: 10 * ms, 5: 10 * ms} {
 		for range 20 {
-			if w := r.wait(try); try > 0 && (w < most/2 || w > most) {
-				t.Errorf("wait(%d) = %v, want %v to %v", try, w, most/2, most)
+			if w := r.wait(try); try > 0 && (w < 2*ms || w > most) {
+				t.Errorf("wait(%d) = %v, want %v to %v", try, w, 2*ms, most)
 			}
 		}
 	}
-	if w := (resends{tries: 1}).wait(1); w != 0 {
-		t.Errorf("wait without a backoff = %v, want 0", w)
+	// No panic, nor a wait beyond the bound, for options go-redis takes.
+	for _, r := range []resends{{1, 0, 0}, {1, -1, -1}, {1, -5 * ms, ms}, {1, ms, -5 * ms}, {64, ms, math.MaxInt64}, {64, math.MaxInt64, math.MaxInt64}} {
+		for try := 1; try <= r.tries; try++ {
+			if w := r.wait(try); w < 0 || r.minWait <= 0 && w != 0 || r.minWait > 0 && w > max(r.maxWait, r.minWait) {
+				t.Errorf("%+v: wait(%d) = %v", r, try, w)
+			}
+		}
+	}
+}
+
+// TestNewClientIdle: NewClient's clients drop a connection idle for
+// idleConnTimeout, or as long as the URL says.
+func TestNewClientIdle(t *testing.T) {
+	tests := []struct {
+		url  string
+		want time.Duration
+	}{
+		{"redis://127.0.0.1:1", idleConnTimeout},
+		{"rediss://127.0.0.1:1?conn_max_idle_time=30m", 30 * time.Minute},
+		{"redis+sentinel://127.0.0.1:1?master_name=m", idleConnTimeout},
+		{"redis+sentinel://127.0.0.1:1?master_name=m&conn_max_idle_time=1m", time.Minute},
+		{"redis+cluster://127.0.0.1:1", idleConnTimeout},
+		{"redis+cluster://127.0.0.1:1?conn_max_idle_time=-1", -1},
+	}
+	for _, tt := range tests {
+		c, err := NewClient(tt.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.url, err)
+		}
+		var got time.Duration
+		switch c := c.(type) {
+		case *redis.Client:
+			got = c.Options().ConnMaxIdleTime
+		case *redis.ClusterClient:
+			got = c.Options().ConnMaxIdleTime
+		}
+		c.Close()
+		if got != tt.want {
+			t.Errorf("%s: ConnMaxIdleTime %v, want %v", tt.url, got, tt.want)
+		}
 	}
 }

@@ -98,8 +98,9 @@ func (s *storeFlags) redisClient(tc *tlsconf.Client) (client redis.UniversalClie
 	}
 	switch {
 	case s.cluster != "":
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: splitList(s.cluster), ContextTimeoutEnabled: true, Dialer: dial}),
-			"Redis Cluster " + s.cluster, nil
+		// ConnMaxIdleTime as redisstore.NewClient's clients have it.
+		o := &redis.ClusterOptions{Addrs: splitList(s.cluster), ContextTimeoutEnabled: true, ConnMaxIdleTime: 4 * time.Minute, Dialer: dial}
+		return redis.NewClusterClient(o), "Redis Cluster " + s.cluster, nil
 	case s.redis != "":
 		c, err := redisstore.NewClientDialer(s.redis, dial)
 		if err != nil {
