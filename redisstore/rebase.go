@@ -14,7 +14,8 @@ import (
 // This file is core.Policy.Rebase on Redis. The limits recorded for a scope are
 // the Redis key <prefix>{<scope>}:rebase, written with SET ... GET so that
 // of several processes rebasing a scope to the same limits, exactly one
-// finds the old limits and carries the keys. It finds them with SCAN on
+// finds the old limits and carries the keys; a SET whose reply was lost
+// is an error, not sent again. It finds them with SCAN on
 // every master and carries each with one decide.lua item, as SetOverride
 // does, so a key is carried atomically with respect to its decisions.
 
@@ -45,7 +46,15 @@ func (p *policy) Rebase(ctx context.Context, scope string, st core.Strategy) (in
 			return 0, nil
 		}
 	}
-	old, err := s.client.SetArgs(ctx, s.rebaseKey(scope), encodeOverride(p.specs), redis.SetArgs{Get: true}).Result()
+	// Sent once (see onceCmd): a second SET ... GET after a lost reply
+	// would read these limits as the old ones, and carry nothing.
+	record := func() *redis.Cmd {
+		cmd := redis.NewCmd(ctx, "set", s.rebaseKey(scope), encodeOverride(p.specs), "get")
+		cmd.SetFirstKeyPos(1) // a Cluster's routing, without COMMAND
+		_ = s.client.Process(ctx, onceCmd{cmd})
+		return cmd
+	}
+	old, err := s.untilRun(ctx, record(), record).Text()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil // the first record
 	}

@@ -21,8 +21,8 @@ import (
 // while a call is sent, so that the client's read times out; go-redis
 // would send it again on its other pooled connections, and once the
 // server resumed it would run every copy: a rate limit charged four
-// times, an acquire refused as "held already". The call fails with
-// ErrStore, and runs once.
+// times, an acquire refused as "held already", a rebase that read its own
+// limits as the old ones. The call fails with ErrStore, and runs once.
 func TestTimedOutCallRunsOnce(t *testing.T) {
 	ctx := context.Background()
 	// A client of each kind whose reads time out soon, and what the call
@@ -82,6 +82,7 @@ func TestTimedOutCallRunsOnce(t *testing.T) {
 		// through a store on a client without the short timeout.
 		op    func(ctx context.Context, c *floodgate.Limiter, cc *floodgate.Concurrency) error
 		check func(t *testing.T, l *floodgate.Limiter, cc *floodgate.Concurrency)
+		cmds  []string // the commands the call sends
 	}{
 		{"allow", func(ctx context.Context, l *floodgate.Limiter, _ *floodgate.Concurrency) error {
 			_, err := l.Allow(ctx, "k")
@@ -91,7 +92,7 @@ func TestTimedOutCallRunsOnce(t *testing.T) {
 			if r, err := l.Allow(ctx, "k"); err != nil || r.Remaining != 8 {
 				t.Errorf("the next Allow: %+v, %v; want 8 remaining", r, err)
 			}
-		}},
+		}, scriptCmds},
 		{"acquire", func(ctx context.Context, _ *floodgate.Limiter, c *floodgate.Concurrency) error {
 			_, err := c.Acquire(ctx, "k")
 			return err
@@ -99,7 +100,17 @@ func TestTimedOutCallRunsOnce(t *testing.T) {
 			if in, err := c.Inspect(ctx, "k"); err != nil || in.Held != 1 {
 				t.Errorf("held: %+v, %v; want 1", in, err)
 			}
-		}},
+		}, scriptCmds},
+		// Rebase records the limits with SET ... GET: sent again, it would
+		// read them as the old ones.
+		{"rebase", func(ctx context.Context, l *floodgate.Limiter, _ *floodgate.Concurrency) error {
+			_, err := l.Rebase(ctx, "k", floodgate.Additive)
+			return err
+		}, func(t *testing.T, l *floodgate.Limiter, _ *floodgate.Concurrency) {
+			if n, err := l.Rebase(ctx, "k", floodgate.Additive); n != 0 || err != nil {
+				t.Errorf("Rebase to the limits recorded: %d, %v; want 0 carried", n, err)
+			}
+		}, []string{"set"}},
 	}
 	for _, kind := range []string{"standalone", "cluster"} {
 		tg := targets[kind]
@@ -175,8 +186,8 @@ func TestTimedOutCallRunsOnce(t *testing.T) {
 					if err := admin.Ping(ctx).Err(); err != nil {
 						t.Fatal(err)
 					}
-					if n := scriptCalls(t, admin); n != 1 {
-						t.Errorf("script calls that ran: %d, want 1", n)
+					if n := commandCalls(t, admin, tt.cmds); n != 1 {
+						t.Errorf("%v calls that ran: %d, want 1", tt.cmds, n)
 					}
 					tt.check(t, lim2, conc2)
 				})
@@ -185,9 +196,13 @@ func TestTimedOutCallRunsOnce(t *testing.T) {
 	}
 }
 
-// scriptCalls returns how many FCALL and EVALSHA commands the server has
-// run since its statistics were reset.
-func scriptCalls(t *testing.T, c *redis.Client) int {
+// scriptCmds are the commands of a script call, once the script is
+// loaded.
+var scriptCmds = []string{"fcall", "evalsha"}
+
+// commandCalls returns how many of cmds the server has run since its
+// statistics were reset.
+func commandCalls(t *testing.T, c *redis.Client, cmds []string) int {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -195,8 +210,8 @@ func scriptCalls(t *testing.T, c *redis.Client) int {
 	}
 	n := 0
 	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_fcall:calls=", "cmdstat_evalsha:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+		for _, cmd := range cmds {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
 				v, _, _ := strings.Cut(rest, ",")
 				k, err := strconv.Atoi(v)
 				if err != nil {
