@@ -289,7 +289,7 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 		if fns {
 			cmds[i] = fcallCmd(ctx, s.scripts.fns[entrySlots], keys, args)
 		} else {
-			cmds[i] = evalshaCmd(ctx, s.scripts.scripts[entrySlots].Hash(), keys, args)
+			cmds[i] = evalshaCmd(ctx, s.scripts.hashes[entrySlots], keys, args)
 		}
 		_ = pipe.Process(ctx, onceCmd{cmds[i]})
 	}
@@ -326,11 +326,11 @@ func (s *Store) sendSlots(ctx context.Context, calls []*slotCall, ready func([]*
 }
 
 // runSlots runs slots.lua, as the library's function while Redis takes
-// functions, and again when Redis did not run it: see run. Redis refuses a function
-// whole while it is out of memory (one without the allow-oom flag may
-// write), where it refuses a script's first write that needs memory:
-// then the script runs, so that a release, which frees memory, still
-// goes through.
+// functions, and again when Redis did not run it: see run. Redis refuses
+// a function whole while it is out of memory (one without the allow-oom
+// flag may write), where it refuses a script's first write that needs
+// memory: then the script runs, so that a release, which frees memory,
+// still goes through.
 func (s *Store) runSlots(ctx context.Context, keys []string, args []any) *redis.Cmd {
 	cmd := s.run(ctx, entrySlots, keys, args)
 	if oomRefused(cmd.Err()) && !s.noFunctions.Load() {

@@ -34,8 +34,9 @@ import (
 // request was charged nothing, and its second try is its only charge. A
 // call that Redis refused before running it (READONLY from a master
 // demoted by a failover, CLUSTERDOWN, TRYAGAIN, LOADING), or that never
-// reached it, is sent again the same way. A request on a key whose override the fast path does not
-// decide is charged nothing by the call either: its record says so
+// reached it, is sent again the same way. A request on a key whose
+// override the fast path does not decide is charged nothing by the call
+// either: its record says so
 // (RECORD_ELSEWHERE, with the override, whose keys it then declares), and
 // it goes on to decide.lua with its slot's other such requests, which,
 // like every decide.lua call, sends a request back for its override's

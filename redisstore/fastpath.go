@@ -902,7 +902,7 @@ func (s *Store) fcall(ctx context.Context, fn any, keys []string, args []any) *r
 // loads it) when Redis answers NOSCRIPT, as go-redis's Script.Run does,
 // each sent once (see onceCmd).
 func (s *Store) evalScript(ctx context.Context, e entry, keys []string, args []any) *redis.Cmd {
-	cmd := evalshaCmd(ctx, s.scripts.scripts[e].Hash(), keys, args)
+	cmd := evalshaCmd(ctx, s.scripts.hashes[e], keys, args)
 	_ = s.client.Process(ctx, onceCmd{cmd})
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		cmd = scriptCmd(ctx, "eval", s.scripts.sources[e], keys, args)

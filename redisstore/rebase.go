@@ -15,9 +15,9 @@ import (
 // the Redis key <prefix>{<scope>}:rebase, written with SET ... GET so that
 // of several processes rebasing a scope to the same limits, exactly one
 // finds the old limits and carries the keys; a SET whose reply was lost
-// is an error, not sent again. It finds them with SCAN on
-// every master and carries each with one decide.lua item, as SetOverride
-// does, so a key is carried atomically with respect to its decisions.
+// is an error, not sent again. It finds them with SCAN on every master
+// and carries each with one decide.lua item, as SetOverride does, so a
+// key is carried atomically with respect to its decisions.
 
 // rebaseKey returns the Redis key that records scope's limits.
 func (s *Store) rebaseKey(scope string) string {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -33,10 +34,9 @@ var (
 // protocol.go's Assembly). It is immutable.
 type scriptSet struct {
 	// The scripts, by entry, for a Redis without functions (see
-	// library), and their sources: the Store runs each with EVALSHA, and
+	// library), and their SHA-1s: the Store runs each with EVALSHA, and
 	// with EVAL (which loads it) when Redis answers NOSCRIPT.
-	scripts [entries]*redis.Script
-	sources [entries]string
+	sources, hashes [entries]string
 	// The library's function of each entry, its name boxed once as
 	// FCALL's argument (see fcallCmd), and the function that does the
 	// same with its keys as arguments (argKeysArgs), nil for none.
@@ -100,7 +100,7 @@ func newScriptSet(prelude, entry string) *scriptSet {
 		entrySlots: expandSlotLua(slotsSource) + "return slotsCall(KEYS, ARGV)\n",
 	}}
 	for e, src := range set.sources {
-		set.scripts[e] = redis.NewScript(src)
+		set.hashes[e] = fmt.Sprintf("%x", sha1.Sum([]byte(src)))
 	}
 	set.libraryCode, set.libraryName = library(prelude, entry)
 	name := set.libraryName

@@ -98,9 +98,17 @@ func (s *storeFlags) redisClient(tc *tlsconf.Client) (client redis.UniversalClie
 	}
 	switch {
 	case s.cluster != "":
-		// ConnMaxIdleTime as redisstore.NewClient's clients have it.
-		o := &redis.ClusterOptions{Addrs: splitList(s.cluster), ContextTimeoutEnabled: true, ConnMaxIdleTime: 4 * time.Minute, Dialer: dial}
-		return redis.NewClusterClient(o), "Redis Cluster " + s.cluster, nil
+		// As the URL redis+cluster://node1?addr=node2&addr=..., so that
+		// redisstore makes every client alike.
+		u := "redis+cluster://"
+		if addrs := splitList(s.cluster); len(addrs) > 0 {
+			u += addrs[0] + "?" + url.Values{"addr": addrs[1:]}.Encode()
+		}
+		c, err := redisstore.NewClientDialer(u, dial)
+		if err != nil {
+			return nil, "", fmt.Errorf("--redis-cluster: %w", err)
+		}
+		return c, "Redis Cluster " + s.cluster, nil
 	case s.redis != "":
 		c, err := redisstore.NewClientDialer(s.redis, dial)
 		if err != nil {
